@@ -1,0 +1,1 @@
+"""Text -> tokens -> vocabulary -> id streams -> context windows -> batches."""

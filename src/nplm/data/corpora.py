@@ -1,0 +1,183 @@
+"""Corpus loaders: each turns its config into token streams for the train/valid/test splits.
+
+| name             | tokens                    | default split                                    |
+|------------------|---------------------------|--------------------------------------------------|
+| toy              | words of 20 sentences     | all three splits are the 20 sentences            |
+| tiny_shakespeare | characters (65 symbols)   | first 90% train, last 10% valid (notebook)       |
+| brown            | NLTK Brown words          | 800,000 / 200,000 / rest (Bengio et al. 2003)    |
+| brown_gpt2       | GPT-2 pre-tokens of Brown | 80% / 10% / rest                                 |
+| text_files       | whitespace words          | the user's three files                           |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nplm.data import sources
+from nplm.data.tokenizers import TOKENIZERS, clean_brown_text
+from nplm.data.vocabulary import EOS
+from nplm.errors import UserError
+
+SHIPPED = Path(__file__).parent / "shipped"
+
+# The toy corpus of the hierarchical-softmax notebook: short sentences whose continuations
+# ("the cat sat" -> "down", "a dog barked" -> "loudly") a model should learn exactly.
+TOY_SENTENCES = [
+    "the cat sat down",
+    "the cat sat on the mat",
+    "the dog sat down",
+    "a dog barked loudly",
+    "a cat ran away",
+    "the dog ran to the park",
+    "a bird sang a song",
+    "the bird flew away",
+    "the cat ate the fish",
+    "a dog ate a bone",
+    "the sun is hot",
+    "the moon is bright",
+    "a cat sat on a wall",
+    "the dog barked at the cat",
+    "a bird sat on the tree",
+    "the fish swam in the pond",
+    "a man walked the dog",
+    "the woman fed the cat",
+    "the children played in the park",
+    "a dog chased the ball",
+]
+
+
+@dataclass
+class CorpusText:
+    """Token streams of the three splits. `contiguous`: valid follows train and test follows valid
+    in one text, so a split's first tokens take their context from the end of the previous split."""
+
+    train: list[str]
+    valid: list[str]
+    test: list[str]
+    tokenizer: str
+    contiguous: bool
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256, for reproducibility
+
+
+def split_sizes(total: int, train_size, valid_size, test_size) -> tuple[int, int, int]:
+    """Sizes of train/valid/test in tokens. Each size is a count (int), a fraction of `total`
+    (float < 1), or null for "the rest" (at most one of valid/test may be null)."""
+
+    def resolve(size, name: str) -> int | None:
+        if size is None:
+            return None
+        if isinstance(size, float) and 0 <= size <= 1:
+            return int(size * total)
+        if isinstance(size, int) and size >= 0:
+            return size
+        raise UserError(f"corpus.{name}={size!r} is not a token count >= 0 or a fraction in [0, 1]")
+
+    n_train, n_valid, n_test = (resolve(s, n) for s, n in
+                                ((train_size, "train_size"), (valid_size, "valid_size"), (test_size, "test_size")))
+    if n_train is None:
+        raise UserError("corpus.train_size must be set (a token count or a fraction)")
+    if n_valid is None and n_test is None:
+        raise UserError("only one of corpus.valid_size / corpus.test_size may be null (the rest)")
+    if n_valid is None:
+        n_valid = total - n_train - n_test
+    if n_test is None:
+        n_test = total - n_train - n_valid
+    if min(n_valid, n_test) < 0 or n_train + n_valid + n_test > total:
+        raise UserError(f"corpus split sizes {n_train}+{n_valid}+{n_test} exceed the corpus' {total} tokens; "
+                        "lower corpus.train_size / valid_size / test_size")
+    return n_train, n_valid, n_test
+
+
+def _split(tokens: list[str], cfg: dict, tokenizer: str, files: dict[str, str]) -> CorpusText:
+    n_train, n_valid, n_test = split_sizes(len(tokens), cfg["train_size"], cfg.get("valid_size"),
+                                           cfg.get("test_size"))
+    return CorpusText(
+        train=tokens[:n_train],
+        valid=tokens[n_train:n_train + n_valid],
+        test=tokens[n_train + n_valid:n_train + n_valid + n_test],
+        tokenizer=tokenizer,
+        contiguous=True,
+        files=files,
+    )
+
+
+def load_toy(cfg: dict, data_dir: Path) -> CorpusText:
+    tokens = [tok for s in TOY_SENTENCES for tok in s.split() + [EOS]]
+    return CorpusText(tokens, list(tokens), list(tokens), "whitespace", contiguous=False)
+
+
+def load_tiny_shakespeare(cfg: dict, data_dir: Path) -> CorpusText:
+    """Characters of Tiny Shakespeare: the shipped copy, `corpus.path`, or a checked download."""
+    path = cfg.get("path") or SHIPPED / "tinyshakespeare" / "input.txt"
+    path = Path(path).expanduser()
+    if not path.is_file() and cfg.get("download") and cfg.get("path") is None:
+        path = sources.download(cfg["url"], data_dir / "tinyshakespeare" / "input.txt", cfg.get("sha256"))
+    text = sources.read_text(path, cfg.get("encoding", "utf-8"), "corpus.path")
+    return _split(list(text), cfg, "chars", {str(path): sources.sha256(path)})
+
+
+def _brown(cfg: dict, data_dir: Path):
+    from nltk.corpus.reader import CategorizedTaggedCorpusReader
+
+    pointer, root = sources.nltk_corpus_root("brown", cfg.get("nltk_data"), str(data_dir / "nltk_data"),
+                                             bool(cfg.get("download", True)))
+    reader = CategorizedTaggedCorpusReader(pointer, r"c[a-z]\d\d", cat_file="cats.txt",
+                                           tagset="brown", encoding="ascii")
+    files = {str(root): sources.sha256(root)} if root.is_file() else {}
+    return reader, files
+
+
+def load_brown(cfg: dict, data_dir: Path) -> CorpusText:
+    """NLTK's Brown corpus as one word stream in corpus order, case and punctuation kept
+    (Bengio et al. 2003, section 4.1: first 800,000 words train, next 200,000 valid, rest test)."""
+    reader, files = _brown(cfg, data_dir)
+    return _split(list(reader.words()), cfg, "whitespace", files)
+
+
+def load_brown_gpt2(cfg: dict, data_dir: Path) -> CorpusText:
+    """Brown sentences joined into text, quotes and punctuation spacing repaired, then split with the
+    GPT-2 pre-tokenizer pattern (tokens keep their leading space)."""
+    reader, files = _brown(cfg, data_dir)
+    text = clean_brown_text(" ".join(" ".join(sent) for sent in reader.sents()))
+    return _split(TOKENIZERS["gpt2"](text), cfg, "gpt2", files)
+
+
+def load_text_files(cfg: dict, data_dir: Path) -> CorpusText:
+    """The user's own train/valid/test files: whitespace tokens, `<eos>` after each line if `eos`."""
+    if not cfg.get("train"):
+        raise UserError("corpus=text_files needs corpus.train=/path/to/train.txt (and corpus.valid=...)")
+    if not cfg.get("valid"):
+        raise UserError("corpus=text_files needs corpus.valid=/path/to/valid.txt for validation perplexity")
+    encoding = cfg.get("encoding", "utf-8")
+    splits, files = {}, {}
+    for split in ("train", "valid", "test"):
+        path = cfg.get(split)
+        if not path:
+            splits[split] = []
+            continue
+        text = sources.read_text(path, encoding, f"corpus.{split}")
+        if cfg.get("lowercase"):
+            text = text.lower()
+        lines = (line.split() for line in text.splitlines())
+        eos = [EOS] if cfg.get("eos", True) else []
+        splits[split] = [tok for line in lines if line for tok in line + eos]
+        files[str(Path(path).expanduser())] = sources.sha256(Path(path).expanduser())
+    return CorpusText(splits["train"], splits["valid"], splits["test"], "whitespace", contiguous=False, files=files)
+
+
+LOADERS: dict[str, Callable[[dict, Path], CorpusText]] = {
+    "toy": load_toy,
+    "tiny_shakespeare": load_tiny_shakespeare,
+    "brown": load_brown,
+    "brown_gpt2": load_brown_gpt2,
+    "text_files": load_text_files,
+}
+
+
+def load_corpus(cfg: dict, data_dir: str | Path) -> CorpusText:
+    name = cfg.get("name")
+    if name not in LOADERS:
+        raise UserError(f"corpus.name={name!r} is not one of: {', '.join(LOADERS)}")
+    return LOADERS[name](cfg, Path(data_dir).expanduser())

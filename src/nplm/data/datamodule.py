@@ -1,0 +1,136 @@
+"""One LightningDataModule for every corpus: loader -> vocabulary -> id streams -> window batches."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from nplm.data.corpora import CorpusText, load_corpus
+from nplm.data.tokenizers import JOINERS
+from nplm.data.vocabulary import UNK, Vocabulary
+from nplm.data.windows import BatchIndices, Windows
+from nplm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class SplitStats:
+    tokens: int  # tokens in the split
+    predicted: int  # tokens the model predicts (windows)
+    oov_rate: float  # fraction mapped to <unk>
+
+
+class LMDataModule(pl.LightningDataModule):
+    """Windows of `context_size` ids over each split of the corpus named by `corpus_cfg`.
+
+    The vocabulary is counted on `corpus_cfg.vocab_from` ("all" splits as in Bengio et al. 2003, or
+    "train"), keeping words seen >= `min_count` times, at most `max_vocab`; others become `<unk>`.
+    """
+
+    def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
+                 seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None):
+        super().__init__()
+        if context_size <= 0:
+            raise UserError(f"model.context_size={context_size} must be >= 1 (the n-1 previous words)")
+        if batch_size <= 0:
+            raise UserError(f"data.batch_size={batch_size} must be >= 1")
+        if eval_batch_size <= 0:
+            raise UserError(f"data.eval_batch_size={eval_batch_size} must be >= 1")
+        self.corpus_cfg = dict(corpus_cfg)
+        self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
+        self.seed, self.data_dir = seed, data_dir
+        self.vocab: Vocabulary | None = vocab  # given: encode with it (evaluating a checkpoint)
+        self.ids: dict[str, torch.Tensor] = {}
+        self.windows: dict[str, Windows] = {}
+        self.stats: dict[str, SplitStats] = {}
+        self.files: dict[str, str] = {}
+        self._samplers: dict[str, BatchIndices] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, count and encode once; later calls (Lightning calls setup per stage) are free."""
+        if self.windows:
+            return
+        cfg = self.corpus_cfg
+        text = load_corpus(cfg, self.data_dir)
+        self.files = text.files
+        if self.vocab is None:
+            self.vocab = self._build_vocab(text)
+        k = self.context_size
+        previous: torch.Tensor | None = None
+        for split in SPLITS:
+            tokens = getattr(text, split)
+            ids = self.vocab.encode(tokens)
+            # In one contiguous text, a split's first k tokens are predicted from the previous split's
+            # last k tokens, so every token of valid/test is scored.
+            context = previous[-k:] if text.contiguous and previous is not None and len(previous) >= k else None
+            stream = ids if context is None else torch.cat([context, ids])
+            self.ids[split] = ids
+            previous = ids
+            if len(tokens) == 0 and split == "test":
+                continue
+            if len(stream) < k + 1:
+                raise UserError(
+                    f"the {split} split of corpus '{cfg['name']}' has {len(tokens)} tokens but "
+                    f"model.context_size={k} needs at least {k + 1}; use a smaller context or more text"
+                )
+            self.windows[split] = Windows(stream, k)
+            self.stats[split] = SplitStats(len(tokens), len(self.windows[split]), self.vocab.oov_rate(tokens))
+        for split, s in self.stats.items():
+            log.info("corpus %s %s: %d tokens, %d predicted, OOV rate %.4f", cfg["name"], split, s.tokens,
+                     s.predicted, s.oov_rate)
+        log.info("corpus %s: |V| = %d", cfg["name"], len(self.vocab))
+
+    def _build_vocab(self, text: CorpusText) -> Vocabulary:
+        cfg = self.corpus_cfg
+        source = cfg.get("vocab_from", "train")
+        if source not in ("train", "all"):
+            raise UserError(f"corpus.vocab_from={source!r} is not one of: train, all")
+        streams = [text.train] if source == "train" else [text.train, text.valid, text.test]
+        min_count = int(cfg.get("min_count", 1))
+        max_vocab = cfg.get("max_vocab")
+        if min_count < 1:
+            raise UserError(f"corpus.min_count={min_count} must be >= 1")
+        if max_vocab is not None and max_vocab < 2:
+            raise UserError(f"corpus.max_vocab={max_vocab} must be >= 2 or null")
+        return Vocabulary.build(
+            streams, min_count=min_count, max_vocab=max_vocab,
+            unk=cfg.get("unk", UNK), order=cfg.get("order", "frequency"),
+            joiner=JOINERS[text.tokenizer], tokenizer=text.tokenizer,
+        )
+
+    def has_split(self, split: str) -> bool:
+        return split in self.windows
+
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+        dataset = self.windows[split]
+        rank, world = 0, 1
+        if self.trainer is not None:
+            rank, world = self.trainer.global_rank, self.trainer.world_size
+        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world)
+        self._samplers[split] = sampler
+        # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
+        return DataLoader(dataset, sampler=sampler, batch_size=None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("valid", self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size, shuffle=False)
+
+    def summary(self) -> dict:
+        """Corpus statistics for logs and metrics.json."""
+        return {
+            "name": self.corpus_cfg["name"],
+            "vocab_size": len(self.vocab),
+            **{f"{split}_{key}": value for split, s in self.stats.items() for key, value in vars(s).items()},
+        }

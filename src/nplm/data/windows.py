@@ -1,0 +1,62 @@
+"""Context windows as a zero-copy view of an id stream, and batches sliced from it.
+
+For a stream w_1..w_L and context size k = n-1, window t is (w_{t-k}, ..., w_{t-1}; w_t). `unfold`
+gives all of them as a `[L-k, k+1]` view that shares the stream's memory; a batch is one gather
+`windows[idx]` of a slice of a seeded permutation, never a per-item collate.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+
+class Windows(Dataset):
+    """`windows[idx]` for a 1-D LongTensor `idx` of B window indices -> (context [B, k], target [B])."""
+
+    def __init__(self, ids: torch.Tensor, context_size: int):
+        if ids.dim() != 1:
+            raise ValueError("ids must be a 1-D stream")
+        self.ids = ids
+        self.context_size = context_size
+        self.windows = ids.unfold(0, context_size + 1, 1)  # [L-k, k+1], a view of ids
+
+    def __len__(self) -> int:
+        return self.windows.shape[0]
+
+    def __getitem__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = self.windows[idx]  # [B, k+1]
+        return batch[:, :-1], batch[:, -1]  # [B, k], [B]
+
+
+class BatchIndices(Sampler):
+    """Yields LongTensors of window indices, `batch_size` at a time.
+
+    Shuffled with a permutation seeded by `seed + epoch` (Lightning calls `set_epoch`), so an epoch's
+    order depends only on the seed and the epoch: runs are reproducible and resumable. With
+    `world_size > 1`, rank r takes every world_size-th batch, all ranks the same count.
+    """
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1):
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _num_batches(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def __len__(self) -> int:
+        return self._num_batches() // self.world_size if self.world_size > 1 else self._num_batches()
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        else:
+            order = torch.arange(self.n)
+        batches = order.split(self.batch_size)
+        if self.world_size > 1:
+            batches = batches[self.rank: len(self) * self.world_size: self.world_size]
+        return iter(batches)

@@ -1,0 +1,104 @@
+"""The LightningModule: an NPLM feature extractor + an output head -> NLL, perplexity, logging."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytorch_lightning as pl
+import torch
+
+from nplm.data.vocabulary import Vocabulary
+from nplm.errors import UserError
+from nplm.heads import build_head
+from nplm.models import NPLM, NPLMConfig
+from nplm.optim import OptimizerConfig, build_optimizer
+from nplm.perplexity import Perplexity
+
+CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: the vocabulary, as plain lists
+
+
+class LanguageModel(pl.LightningModule):
+    """Trains `head.nll(model(context), target)`; logs `train/ppl`, `val/ppl`, `val/ppl_best`,
+    `test/ppl` (token-weighted over the whole split), `train/tokens_per_s` and `train/lr`.
+
+    Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
+    """
+
+    def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None):
+        """`model`, `head`, `optimizer`: their config groups; `vocab`: `Vocabulary.to_dict()`;
+        `data`: the corpus config and batch sizes, kept so a checkpoint can be evaluated again."""
+        super().__init__()
+        self.save_hyperparameters(ignore=["vocab"])
+        self.vocab = Vocabulary.from_dict(vocab)
+        self.model_cfg = NPLMConfig.from_dict(model)
+        self.optim_cfg = OptimizerConfig.from_dict(optimizer)
+        self.model = NPLM(len(self.vocab), self.model_cfg)
+        self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts)
+        self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
+        self.best_val_ppl = math.inf
+        self._epoch_start = 0.0
+        self._epoch_tokens = 0
+
+    # -- the model ---------------------------------------------------------------------------
+    def forward(self, context: torch.Tensor) -> torch.Tensor:
+        """Context ids `[B, n-1]` -> log-distribution over the next token `[B, V]`."""
+        return self.head.log_probs(self.model(context))
+
+    def nll(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.head.nll(self.model(context), target)  # [B]
+
+    # -- training --------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
+
+    def training_step(self, batch, batch_idx):
+        context, target = batch
+        nll = self.nll(context, target)
+        loss = nll.mean()
+        if not torch.isfinite(loss):
+            raise UserError(
+                f"training loss became {loss.item()} at step {self.global_step} (epoch {self.current_epoch}); "
+                f"lower the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}"
+            )
+        self.train_ppl.update(nll)
+        self._epoch_tokens += target.numel()
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        seconds = time.perf_counter() - self._epoch_start
+        self.log("train/ppl", self.train_ppl.compute())
+        self.train_ppl.reset()
+        self.log("train/tokens_per_s", self._epoch_tokens / max(seconds, 1e-9))
+        self.log("train/epoch_time_s", seconds)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    # -- evaluation ------------------------------------------------------------------------
+    def validation_step(self, batch, batch_idx):
+        self.val_ppl.update(self.nll(*batch))
+
+    def on_validation_epoch_end(self) -> None:
+        ppl = self.val_ppl.compute().item()
+        self.val_ppl.reset()
+        if not self.trainer.sanity_checking:
+            self.best_val_ppl = min(self.best_val_ppl, ppl)
+        self.log("val/ppl", ppl, prog_bar=True)
+        self.log("val/ppl_best", self.best_val_ppl)
+
+    def test_step(self, batch, batch_idx):
+        self.test_ppl.update(self.nll(*batch))
+
+    def on_test_epoch_end(self) -> None:
+        self.log("test/ppl", self.test_ppl.compute().item())
+        self.test_ppl.reset()
+
+    def configure_optimizers(self):
+        return build_optimizer(self, self.optim_cfg)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]

@@ -1,0 +1,89 @@
+"""The neural probabilistic language model of Bengio et al. (2003), section 2, as a feature extractor.
+
+Symbols follow the paper: C is the |V| x m table of word feature vectors, x = (C(w_{t-1}), ...,
+C(w_{t-n+1})) the concatenated context of (n-1)m numbers, H (h x (n-1)m) and d (h) the hidden layer.
+Eq. (1) is  y = b + W x + U tanh(d + H x);  this module returns the features
+
+    f = concat(x if direct, act(d + H x) if h > 0)          # [B, F], F = (n-1)m [direct] + h
+
+so that a softmax head with weight [W | U] and bias b computes exactly eq. (1). Other heads (trees,
+classes, sampling) read the same features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import nn
+
+from nplm.errors import UserError
+
+ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
+
+
+@dataclass
+class NPLMConfig:
+    """Hyperparameters of the NPLM (config group `model`)."""
+
+    context_size: int = 4  # n-1 previous words
+    embed_dim: int = 60  # m
+    hidden_dim: int = 50  # h; 0 drops the hidden layer (the paper's MLP3)
+    direct: bool = True  # direct connections W x from the embeddings to the output
+    activation: str = "tanh"  # tanh (the paper) or sigmoid (the lecture notes' variant)
+    dropout: float = 0.0  # on the features
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NPLMConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names - {"name"})
+        if unknown:
+            raise UserError(f"unknown model option model.{unknown[0]}; valid options: {', '.join(sorted(names))}")
+        cfg = cls(**{k: v for k, v in d.items() if k in names})
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.context_size <= 0:
+            raise UserError(f"model.context_size={self.context_size} must be >= 1 (the n-1 previous words)")
+        if self.embed_dim <= 0:
+            raise UserError(f"model.embed_dim={self.embed_dim} must be >= 1 (m, the word feature size)")
+        if self.hidden_dim < 0:
+            raise UserError(f"model.hidden_dim={self.hidden_dim} must be >= 0 (0 removes the hidden layer)")
+        if self.hidden_dim == 0 and not self.direct:
+            raise UserError("model.hidden_dim=0 with model.direct=false leaves no features; set one of them")
+        if self.activation not in ACTIVATIONS:
+            raise UserError(f"model.activation={self.activation!r} is not one of: {', '.join(ACTIVATIONS)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"model.dropout={self.dropout} must be in [0, 1)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class NPLM(nn.Module):
+    """Context ids `[B, n-1]` -> features `[B, F]` (module docstring: Bengio et al. 2003, eq. 1)."""
+
+    def __init__(self, vocab_size: int, cfg: NPLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        k, m, h = cfg.context_size, cfg.embed_dim, cfg.hidden_dim
+        self.C = nn.Embedding(vocab_size, m)
+        self.H = nn.Linear(k * m, h) if h > 0 else None  # weight H, bias d
+        self.act = ACTIVATIONS[cfg.activation]
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.feature_dim = (k * m if cfg.direct else 0) + h
+
+    def forward(self, context: torch.Tensor) -> torch.Tensor:
+        return self.features_from_embeddings(self.C(context))  # C(context): [B, n-1, m]
+
+    def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
+        """Features from context vectors `[B, n-1, m]`; used directly for out-of-vocabulary words,
+        whose vector is sum_i C(i) P(i | context) (Bengio et al. 2003, section 4)."""
+        x = emb.flatten(1)  # [B, (n-1)m]
+        parts = []
+        if self.cfg.direct:
+            parts.append(x)
+        if self.H is not None:
+            parts.append(self.act(self.H(x)))  # [B, h]
+        return self.dropout(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])  # [B, F]

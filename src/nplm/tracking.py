@@ -1,0 +1,177 @@
+"""What a run leaves behind: metrics.json, metrics.csv, the resolved config, and its trackers.
+
+Every run directory holds
+- `config.yaml`: the resolved config; `metrics.json`: status (running / finished / failed), final and
+  best metrics, corpus statistics and what reproduces the run (seed, git commit, data checksums,
+  versions, command line);
+- `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, lr, time);
+- with `logger=wandb` (the default) an offline W&B run under `wandb/`, and Lightning's CSV log.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import Checkpoint
+
+from nplm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+HISTORY_FIELDS = ["epoch", "step", "train/ppl", "val/ppl", "val/ppl_best", "train/tokens_per_s",
+                  "train/epoch_time_s", "train/lr", "elapsed_s"]
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository nplm is installed from, with "-dirty" for uncommitted changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def _number(value):
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write atomically, so a reader never sees half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+class RunRecord:
+    """Owns `metrics.json` and `config.yaml` of one run directory."""
+
+    def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str]):
+        self.out_dir = out_dir
+        self.started = time.time()
+        self.data = {
+            "status": "running",
+            "experiment": cfg.get("experiment_name"),
+            "seed": cfg.seed,
+            "git_commit": git_commit(),
+            "data_files": data_files,
+            "corpus": corpus,
+            "command": " ".join(sys.argv),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "pytorch_lightning": pl.__version__},
+            "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+            "metrics": {},
+        }
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        self.save()
+
+    def save(self) -> None:
+        self.data["wall_time_s"] = round(time.time() - self.started, 3)
+        write_json(self.out_dir / "metrics.json", self.data)
+
+    def finish(self, metrics: dict, **extra) -> None:
+        self.data.update(status="finished", metrics=metrics, **extra)
+        self.save()
+
+    def fail(self, error: BaseException) -> None:
+        self.data.update(status="failed", error=f"{type(error).__name__}: {error}")
+        self.save()
+
+
+class EpochHistory(Checkpoint):
+    """Appends one row per training epoch to `metrics.csv` and prints it as a plain log line.
+
+    A `Checkpoint` subclass because Lightning calls those after the LightningModule's own
+    `on_train_epoch_end`, where the epoch's perplexity is logged.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows: list[dict] = []
+        self._start = time.time()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.global_rank != 0:
+            return
+        metrics = trainer.callback_metrics
+        row = {"epoch": trainer.current_epoch, "step": trainer.global_step,
+               "elapsed_s": round(time.time() - self._start, 3)}
+        row.update({k: _number(metrics.get(k)) for k in HISTORY_FIELDS if k in metrics})
+        self.rows.append(row)
+        new = not self.path.exists()
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=HISTORY_FIELDS)
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+        log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s  %.1f s", row["epoch"],
+                 _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
+                 _fmt(row.get("train/tokens_per_s"), ",.0f"), row.get("train/epoch_time_s") or 0.0)
+
+
+def _fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def wandb_mode(configured: str) -> str:
+    """W&B is offline unless the user sets WANDB_MODE=online; online without credentials is refused
+    up front instead of waiting for an interactive login."""
+    mode = os.environ.get("WANDB_MODE", configured or "offline")
+    if mode not in ("offline", "online", "disabled"):
+        raise UserError(f"WANDB_MODE={mode!r} is not one of: offline, online, disabled")
+    if mode == "online" and not os.environ.get("WANDB_API_KEY"):
+        netrc = Path.home() / ".netrc"
+        if not (netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")):
+            raise UserError("WANDB_MODE=online needs credentials: set WANDB_API_KEY or run `wandb login`")
+    return mode
+
+
+def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | None) -> list:
+    """Lightning loggers for `cfg.logger`: W&B (offline by default) and/or Lightning's CSV log."""
+    from pytorch_lightning.loggers import CSVLogger, WandbLogger
+
+    loggers = []
+    if cfg.logger.get("csv"):
+        loggers.append(CSVLogger(str(out_dir), name="csv", version=""))
+    wb = cfg.logger.get("wandb")
+    if wb:
+        mode = wandb_mode(wb.get("mode", "offline"))
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        loggers.append(WandbLogger(
+            project=wb.project, entity=wb.get("entity"), name=run_name, group=group,
+            job_type=wb.get("job_type"), tags=list(wb.get("tags") or []), save_dir=str(out_dir),
+            mode=mode, config=OmegaConf.to_container(cfg, resolve=True),
+            settings=wandb.Settings(init_timeout=90, console="off"),
+        ))
+    return loggers
+
+
+def finish_wandb(failed: bool) -> None:
+    """Always close the W&B run, also on error, so multirun jobs never merge into one run."""
+    if "wandb" not in sys.modules:
+        return
+    import wandb
+
+    if wandb.run is not None:
+        wandb.finish(exit_code=1 if failed else 0)
