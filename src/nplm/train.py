@@ -82,7 +82,8 @@ def train(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
-                      cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir)
+                      cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
+                      overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
                            dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)})

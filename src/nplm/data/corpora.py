@@ -26,7 +26,7 @@ SHIPPED = Path(__file__).parent / "shipped"
 # ("the cat sat" -> "down", "a dog barked" -> "loudly") a model should learn exactly.
 TOY_SENTENCES = [
     "the cat sat down",
-    "the cat sat on the mat",
+    "the cat sat down on the mat",
     "the dog sat down",
     "a dog barked loudly",
     "a cat ran away",

@@ -35,7 +35,8 @@ class LMDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
-                 seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None):
+                 seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None,
+                 overfit_batches: int = 0):
         super().__init__()
         if context_size <= 0:
             raise UserError(f"model.context_size={context_size} must be >= 1 (the n-1 previous words)")
@@ -47,11 +48,11 @@ class LMDataModule(pl.LightningDataModule):
         self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
         self.seed, self.data_dir = seed, data_dir
         self.vocab: Vocabulary | None = vocab  # given: encode with it (evaluating a checkpoint)
+        self.overfit_batches = overfit_batches  # > 0: train, validate and test on these first train batches
         self.ids: dict[str, torch.Tensor] = {}
         self.windows: dict[str, Windows] = {}
         self.stats: dict[str, SplitStats] = {}
         self.files: dict[str, str] = {}
-        self._samplers: dict[str, BatchIndices] = {}
 
     def setup(self, stage: str | None = None) -> None:
         """Load, count and encode once; later calls (Lightning calls setup per stage) are free."""
@@ -110,11 +111,14 @@ class LMDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
         dataset = self.windows[split]
+        if self.overfit_batches > 0:  # the same few training batches, in order, for every stage
+            n = min(len(self.windows["train"]), self.overfit_batches * self.batch_size)
+            dataset = Windows(self.windows["train"].ids[: n + self.context_size], self.context_size)
+            batch_size, shuffle = self.batch_size, False
         rank, world = 0, 1
         if self.trainer is not None:
             rank, world = self.trainer.global_rank, self.trainer.world_size
         sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world)
-        self._samplers[split] = sampler
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
         return DataLoader(dataset, sampler=sampler, batch_size=None)
 

@@ -66,14 +66,14 @@ def nltk_corpus_root(name: str, nltk_data: str | None, download_dir: str, allow_
     import nltk
 
     searched = [p for p in (nltk_data, os.environ.get("NLTK_DATA"), download_dir) if p]
-    for p in reversed(searched):
-        if p not in nltk.data.path:
-            nltk.data.path.insert(0, p)
-    for resource in (f"corpora/{name}", f"corpora/{name}.zip/{name}/"):
-        try:
-            return _pointer_and_file(nltk.data.find(resource))
-        except LookupError:
-            pass
+    paths = searched + [p for p in nltk.data.path if p not in searched]
+    nltk.data.path[:] = paths  # NLTK's readers refuse corpora outside nltk.data.path
+    for place in paths:  # in order of precedence: a folder or a zip, whichever this place has
+        for resource in (f"corpora/{name}", f"corpora/{name}.zip/{name}/"):
+            try:
+                return _pointer_and_file(nltk.data.find(resource, paths=[place]))
+            except LookupError:
+                pass
     if allow_download:
         import socket
 
@@ -86,7 +86,7 @@ def nltk_corpus_root(name: str, nltk_data: str | None, download_dir: str, allow_
         finally:
             socket.setdefaulttimeout(previous)
         if ok:
-            return _pointer_and_file(nltk.data.find(f"corpora/{name}.zip/{name}/"))
+            return _pointer_and_file(nltk.data.find(f"corpora/{name}.zip/{name}/", paths=[download_dir]))
     raise UserError(
         f"NLTK corpus '{name}' not found in {searched or nltk.data.path[:3]} and "
         f"{'the download failed (no network?)' if allow_download else 'downloads are off'}; "

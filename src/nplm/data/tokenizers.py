@@ -9,8 +9,10 @@ import regex
 # The pre-tokenizer pattern of OpenAI's GPT-2 (encoder.py); `regex` provides \p{L} and \p{N}.
 GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
-# Brown's detokenisation fixes: ``/'' quote pairs become ", and no space before closing punctuation.
-_QUOTES = regex.compile(r"``|''")
+# Brown's detokenisation fixes: ``/'' quote pairs become " hugging the quoted words, and no space
+# before closing punctuation.
+_OPEN_QUOTE = regex.compile(r"`` *")
+_CLOSE_QUOTE = regex.compile(r" *''")
 _SPACE_BEFORE_PUNCT = regex.compile(r" +([.,;:!?)\]}]|'s\b|n't\b)")
 _SPACE_AFTER_OPEN = regex.compile(r"([(\[{]) +")
 
@@ -29,8 +31,8 @@ def gpt2(text: str) -> list[str]:
 
 
 def clean_brown_text(text: str) -> str:
-    """Undo Brown's tokenisation: `` and '' become ", no space before , . ; : ! ? ) or 's / n't."""
-    text = _QUOTES.sub('"', text)
+    """Undo Brown's tokenisation: ``x'' becomes "x", no space before , . ; : ! ? ) or 's / n't."""
+    text = _CLOSE_QUOTE.sub('"', _OPEN_QUOTE.sub('"', text))
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
     return _SPACE_AFTER_OPEN.sub(r"\1", text)
 

@@ -1,0 +1,58 @@
+"""Shared fixtures: compose the real Hydra configs, make tiny corpora, run `train(cfg)` in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from nplm.train import CONF_DIR, train
+
+os.environ["WANDB_MODE"] = "offline"
+os.environ.setdefault("WANDB_SILENT", "true")
+torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
+
+# A few Brown-format documents: "word/tag" tokens, one sentence per line (NLTK's tagged reader format).
+FAKE_BROWN_SENTENCES = [
+    "The/at jury/nn said/vbd ``/`` the/at election/nn was/bedz fair/jj ''/'' ./.",
+    "It/pps said/vbd the/at city/nn had/hvd a/at plan/nn ,/, and/cc the/at plan/nn worked/vbd ./.",
+    "The/at mayor/nn 's/$ office/nn was/bedz closed/vbn (/( briefly/rb )/) ./.",
+    "A/at man/nn did/dod n't/* say/vb much/ap ;/. the/at jury/nn said/vbd more/ap ./.",
+]
+
+
+def make_fake_brown(root: Path, copies: int = 12) -> Path:
+    """An NLTK data dir holding corpora/brown with two tiny documents; returns the nltk_data dir."""
+    brown = root / "nltk_data" / "corpora" / "brown"
+    brown.mkdir(parents=True)
+    doc = "\n\n".join("\t" + s for s in FAKE_BROWN_SENTENCES * copies) + "\n"
+    (brown / "ca01").write_text(doc)
+    (brown / "cb01").write_text(doc)
+    (brown / "cats.txt").write_text("ca01 news\ncb01 editorial\n")
+    return root / "nltk_data"
+
+
+def compose_cfg(tmp_path: Path, *overrides: str):
+    """The real `conf/train.yaml` with `overrides`, writing under `tmp_path/run`, no W&B by default."""
+    defaults = [f"paths.output_dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}",
+                "logger=none", "threads=1"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=defaults + list(overrides))
+
+
+@pytest.fixture
+def run_train(tmp_path):
+    def run(*overrides: str) -> dict:
+        return train(compose_cfg(tmp_path, *overrides))
+
+    return run
+
+
+TOY_FAST = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16",
+            "data.batch_size=32", "optimizer.lr=0.01", "trainer.max_epochs=2"]

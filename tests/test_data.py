@@ -1,0 +1,111 @@
+"""Windows, batches, vocabulary, splits and corpus loaders."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nplm.data.corpora import TOY_SENTENCES, load_corpus, split_sizes
+from nplm.data.datamodule import LMDataModule
+from nplm.data.tokenizers import clean_brown_text, gpt2
+from nplm.data.vocabulary import UNK, Vocabulary
+from nplm.data.windows import BatchIndices, Windows
+
+from conftest import SHARED_NLTK, make_fake_brown
+
+
+def test_windows_are_a_zero_copy_view_with_context_and_target():
+    ids = torch.arange(10)
+    w = Windows(ids, context_size=3)
+    assert len(w) == 7
+    assert w.windows.untyped_storage().data_ptr() == ids.untyped_storage().data_ptr()
+    context, target = w[torch.tensor([0, 6])]
+    assert context.tolist() == [[0, 1, 2], [6, 7, 8]]
+    assert target.tolist() == [3, 9]
+
+
+def test_batches_cover_every_window_once_and_reshuffle_reproducibly():
+    sampler = BatchIndices(1000, 64, shuffle=True, seed=7)
+    epoch0 = torch.cat(list(sampler))
+    assert sorted(epoch0.tolist()) == list(range(1000))
+    assert len(list(sampler)) == len(sampler) == 16
+    again = torch.cat(list(BatchIndices(1000, 64, shuffle=True, seed=7)))
+    assert torch.equal(epoch0, again)
+    sampler.set_epoch(1)
+    assert not torch.equal(epoch0, torch.cat(list(sampler)))
+
+
+def test_batches_are_sharded_across_ranks_without_overlap():
+    shards = [torch.cat(list(BatchIndices(100, 10, True, seed=1, rank=r, world_size=2))) for r in (0, 1)]
+    assert len(shards[0]) == len(shards[1]) == 50
+    assert not set(shards[0].tolist()) & set(shards[1].tolist())
+
+
+def test_vocabulary_min_count_max_vocab_and_unk():
+    stream = "a a a b b c d d d d".split()
+    v = Vocabulary.build([stream], min_count=2)
+    assert v.tokens == ["d", "a", "b", UNK]
+    assert v.counts == [4, 3, 2, 1]
+    assert v.encode(["a", "zzz", "c"]).tolist() == [1, 3, 3]
+    assert v.oov_rate(["a", "c", "zzz", "d"]) == 0.5
+    assert Vocabulary.build([stream], max_vocab=3).tokens == ["d", "a", UNK]
+    assert Vocabulary.from_dict(v.to_dict()).index == v.index
+
+
+def test_split_sizes_counts_fractions_and_rest():
+    assert split_sizes(1000, 0.9, None, 0) == (900, 100, 0)
+    assert split_sizes(1000, 800, 150, None) == (800, 150, 50)
+    with pytest.raises(Exception, match="exceed"):
+        split_sizes(1000, 800, 300, None)
+
+
+def test_tiny_shakespeare_shipped_copy_matches_the_notebook_split():
+    text = load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "valid_size": None, "test_size": 0},
+                       "unused")
+    assert (len(text.train), len(text.valid), len(text.test)) == (1_003_854, 111_540, 0)
+    assert len(set(text.train) | set(text.valid)) == 65
+    assert list(text.files.values()) == ["86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"]
+
+
+def test_valid_windows_take_context_from_the_end_of_train(tmp_path):
+    dm = LMDataModule({"name": "tiny_shakespeare", "path": None, "train_size": 0.9, "valid_size": None,
+                       "test_size": 0, "vocab_from": "all", "unk": None, "order": "sorted"}, 5, 8, 8)
+    dm.setup()
+    assert len(dm.vocab) == 65 and dm.vocab.tokens[0] == "\n"
+    assert dm.stats["valid"].predicted == 111_540  # every valid character is scored
+    context, target = dm.windows["valid"][torch.tensor([0])]
+    assert context[0].tolist() == dm.ids["train"][-5:].tolist()
+    assert target.item() == dm.ids["valid"][0].item()
+
+
+def test_toy_corpus_has_twenty_sentences_with_eos():
+    text = load_corpus({"name": "toy"}, "unused")
+    assert len(TOY_SENTENCES) == 20
+    assert text.train.count("<eos>") == 20 and text.train[:5] == ["the", "cat", "sat", "down", "<eos>"]
+
+
+def test_fake_brown_word_stream_and_gpt2_pipeline(tmp_path):
+    nltk_data = make_fake_brown(tmp_path)
+    words = load_corpus({"name": "brown", "nltk_data": str(nltk_data), "download": False,
+                         "train_size": 100, "valid_size": 20, "test_size": None}, tmp_path)
+    assert words.train[:4] == ["The", "jury", "said", "``"]
+    assert len(words.train) == 100 and len(words.valid) == 20
+    pieces = load_corpus({"name": "brown_gpt2", "nltk_data": str(nltk_data), "download": False,
+                          "train_size": 0.8, "valid_size": 0.1, "test_size": None}, tmp_path)
+    assert pieces.train[:8] == ["The", " jury", " said", ' "', "the", " election", " was", " fair"]
+
+
+def test_brown_cleaning_and_gpt2_pattern():
+    text = clean_brown_text("He said `` no '' , and the mayor 's men did n't ( really ) go .")
+    assert text == "He said \"no\", and the mayor's men didn't (really) go."
+    assert gpt2("I'll go, ok?") == ["I", "'ll", " go", ",", " ok", "?"]
+
+
+@pytest.mark.skipif(not (SHARED_NLTK / "corpora" / "brown.zip").is_file(), reason="no local Brown copy")
+def test_real_brown_follows_the_bengio_2003_protocol():
+    dm = LMDataModule({"name": "brown", "nltk_data": str(SHARED_NLTK), "download": False, "train_size": 800_000,
+                       "valid_size": 200_000, "test_size": None, "vocab_from": "all", "min_count": 4}, 4, 8, 8)
+    dm.setup()
+    assert len(dm.vocab) == 17_905
+    assert [dm.stats[s].tokens for s in ("train", "valid", "test")] == [800_000, 200_000, 161_192]
+    assert 0.04 < dm.stats["test"].oov_rate < 0.05

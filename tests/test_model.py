@@ -1,0 +1,107 @@
+"""The NPLM and its softmax head against the paper's formulas and hand-derived backpropagation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nplm.heads import build_head
+from nplm.models import NPLM, NPLMConfig
+from nplm.optim import InverseTimeDecay, OptimizerConfig, param_groups
+from nplm.perplexity import Perplexity
+
+
+def n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("V,n,m,h", [(17_905, 5, 60, 50), (100, 3, 7, 11), (50, 5, 30, 0)])
+def test_parameter_count_is_the_papers_formula(V, n, m, h):
+    """Bengio et al. (2003), section 2: |V|(1 + nm + h) + h(1 + (n-1)m) free parameters (direct)."""
+    model = NPLM(V, NPLMConfig(context_size=n - 1, embed_dim=m, hidden_dim=h, direct=True))
+    head = build_head({"name": "softmax"}, model.feature_dim, V)
+    assert n_params(model) + n_params(head) == V * (1 + n * m + h) + h * (1 + (n - 1) * m)
+
+
+def test_parameter_count_without_direct_connections():
+    V, n, m, h = 200, 4, 10, 20
+    model = NPLM(V, NPLMConfig(context_size=n - 1, embed_dim=m, hidden_dim=h, direct=False))
+    head = build_head({"name": "softmax"}, model.feature_dim, V)
+    assert n_params(model) + n_params(head) == V * (1 + m + h) + h * (1 + (n - 1) * m)
+
+
+def test_softmax_head_computes_equation_1():
+    """y = b + W x + U tanh(d + H x), with W and U the two blocks of the head's weight."""
+    torch.manual_seed(0)
+    V, k, m, h = 30, 3, 4, 5
+    model = NPLM(V, NPLMConfig(context_size=k, embed_dim=m, hidden_dim=h, direct=True)).double()
+    head = build_head({"name": "softmax"}, model.feature_dim, V).double()
+    context = torch.randint(0, V, (6, k))
+    x = model.C(context).flatten(1)
+    W, U, b = head.out.weight[:, : k * m], head.out.weight[:, k * m:], head.out.bias
+    y = b + x @ W.T + torch.tanh(model.H.bias + x @ model.H.weight.T) @ U.T
+    torch.testing.assert_close(head.log_probs(model(context)), torch.log_softmax(y, -1))
+    target = torch.randint(0, V, (6,))
+    torch.testing.assert_close(head.nll(model(context), target), -torch.log_softmax(y, -1)[torch.arange(6), target])
+
+
+def test_autograd_matches_hand_derived_backpropagation():
+    """Lecture-notes backprop for a sigmoid hidden layer and softmax output, one example:
+    dy = p - onehot(t); db = dy; dW = dy x^T; dU = dy a^T; da = U^T dy * a(1-a); dd = da; dH = da x^T;
+    dx = W^T dy + H^T da, scattered back into the rows of C."""
+    torch.manual_seed(1)
+    V, k, m, h = 12, 3, 4, 6
+    model = NPLM(V, NPLMConfig(context_size=k, embed_dim=m, hidden_dim=h, direct=True,
+                               activation="sigmoid")).double()
+    head = build_head({"name": "softmax"}, model.feature_dim, V).double()
+    context, target = torch.tensor([[3, 7, 3]]), torch.tensor([5])
+    head.nll(model(context), target).sum().backward()
+
+    with torch.no_grad():
+        x = model.C.weight[context[0]].reshape(-1)  # [(n-1)m]
+        a = torch.sigmoid(model.H.bias + model.H.weight @ x)  # [h]
+        Wfull = head.out.weight
+        W, U = Wfull[:, : k * m], Wfull[:, k * m:]
+        p = torch.softmax(head.out.bias + W @ x + U @ a, 0)
+        dy = p - torch.nn.functional.one_hot(target[0], V).double()
+        da = (U.T @ dy) * a * (1 - a)
+        dx = W.T @ dy + model.H.weight.T @ da
+        dC = torch.zeros_like(model.C.weight)
+        for j, w in enumerate(context[0]):
+            dC[w] += dx[j * m:(j + 1) * m]
+    torch.testing.assert_close(head.out.bias.grad, dy)
+    torch.testing.assert_close(head.out.weight.grad, torch.outer(dy, torch.cat([x, a])))
+    torch.testing.assert_close(model.H.bias.grad, da)
+    torch.testing.assert_close(model.H.weight.grad, torch.outer(da, x))
+    torch.testing.assert_close(model.C.weight.grad, dC)
+
+
+def test_perplexity_is_token_weighted_over_the_split():
+    metric = Perplexity()
+    metric.update(torch.full((1,), 2.0))
+    metric.update(torch.full((3,), 1.0))
+    assert metric.compute().item() == pytest.approx(math.exp((2.0 + 3.0) / 4))
+    assert metric.compute().item() != pytest.approx(math.exp((2.0 + 1.0) / 2))  # not a mean of batch means
+
+
+def test_weight_decay_applies_to_weights_and_embeddings_not_biases():
+    model = NPLM(10, NPLMConfig(context_size=2, embed_dim=3, hidden_dim=4))
+    decay, no_decay = param_groups(model, 1e-4)
+    assert {p.shape for p in decay["params"]} == {torch.Size([10, 3]), torch.Size([4, 6])}
+    assert no_decay["weight_decay"] == 0.0 and [p.shape for p in no_decay["params"]] == [torch.Size([4])]
+
+
+def test_sgd_schedule_is_inverse_time_decay():
+    schedule = InverseTimeDecay(1e-3)
+    assert schedule(0) == 1.0 and schedule(1000) == pytest.approx(0.5)
+    with pytest.raises(Exception, match=r"optimizer.lr=0 must be > 0"):
+        OptimizerConfig.from_dict({"name": "sgd", "lr": 0})
+
+
+def test_model_config_rejects_unknown_and_bad_values():
+    with pytest.raises(Exception, match=r"unknown model option model.foo"):
+        NPLMConfig.from_dict({"context_size": 2, "foo": 1})
+    with pytest.raises(Exception, match=r"model.hidden_dim=-1 must be >= 0"):
+        NPLMConfig.from_dict({"hidden_dim": -1})
