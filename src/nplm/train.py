@@ -73,10 +73,19 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
 def train(cfg: DictConfig) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics.
 
-    Everything the user can get wrong (config values, data) is checked before the run directory is
-    written; a `UserError` during training (e.g. a NaN loss) removes the half-written run directory.
+    A `UserError` (bad config value, bad data, a NaN loss) removes the job's run directory, so a
+    mistake never leaves a half-written run behind; any other failure marks metrics.json "failed".
     """
     out_dir = Path(cfg.paths.output_dir)
+    try:
+        return _train(cfg, out_dir)
+    except UserError:
+        finish_wandb(failed=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _train(cfg: DictConfig, out_dir: Path) -> dict:
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -96,14 +105,11 @@ def train(cfg: DictConfig) -> dict:
         trainer = build_trainer(cfg, out_dir, loggers, history)
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("resume"))
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
-        if dm.has_split("test"):
-            tested = trainer.test(module, datamodule=dm, ckpt_path=trainer.checkpoint_callback.best_model_path,
-                                  verbose=False)
-            metrics.update(tested[0])
-        metrics["val/ppl_best"] = module.best_val_ppl
         best_path = trainer.checkpoint_callback.best_model_path
-        record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path,
-                      history=history.rows)
+        if dm.has_split("test"):
+            metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False)[0])
+        metrics["val/ppl_best"] = module.best_val_ppl
+        record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
         for logger in loggers:
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
@@ -113,8 +119,6 @@ def train(cfg: DictConfig) -> dict:
         failed = False
         return metrics
     except UserError:
-        finish_wandb(failed=True)
-        shutil.rmtree(out_dir, ignore_errors=True)
         raise
     except BaseException as err:
         record.fail(err)
