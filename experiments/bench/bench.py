@@ -1,0 +1,179 @@
+"""Speed benchmark of the training pipeline, measured side by side in one run.
+
+(a) batches from the LMDataModule: training examples per second (target >= 1M/s);
+(b) training examples/s of Bengio's MLP1 (n=5, m=60, h=50, direct, softmax) at the Brown vocabulary,
+    inside Lightning and in a plain PyTorch loop on the same batches (target: overhead <= 10%);
+(c) the training step's FLOP rate as a fraction of this machine's measured fp32 matmul peak
+    (target >= 60%).
+
+    python experiments/bench/bench.py [--batch-size 512] [--steps 40] [--write-readme]
+
+Brown is read from NLTK_DATA when present; otherwise a synthetic stream with the same |V| is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from nplm.data.datamodule import LMDataModule
+from nplm.errors import UserError
+from nplm.lit import LanguageModel
+from nplm.data.vocabulary import Vocabulary
+
+HERE = Path(__file__).resolve().parent
+MLP1 = {"context_size": 4, "embed_dim": 60, "hidden_dim": 50, "direct": True}
+BROWN = {"name": "brown", "nltk_data": os.environ.get("NLTK_DATA"), "download": False, "train_size": 800_000,
+         "valid_size": 200_000, "test_size": None, "vocab_from": "all", "min_count": 4}
+
+
+def datamodule(batch_size: int) -> tuple[LMDataModule, str]:
+    try:
+        dm = LMDataModule(BROWN, MLP1["context_size"], batch_size, 1024)
+        dm.setup()
+        return dm, "Brown (NLTK), |V| = 17,905"
+    except UserError:
+        pass
+    vocab = Vocabulary([f"w{i}" for i in range(17_904)] + ["<unk>"], [1] * 17_905)
+    dm = LMDataModule({"name": "synthetic"}, MLP1["context_size"], batch_size, 1024, vocab=vocab)
+    ids = torch.randint(0, 17_905, (1_000_000,), generator=torch.Generator().manual_seed(0))
+    from nplm.data.windows import Windows
+
+    dm.windows = {split: Windows(ids, MLP1["context_size"]) for split in ("train", "valid")}
+    return dm, "synthetic stream, |V| = 17,905 (no NLTK_DATA)"
+
+
+def loader_rate(dm: LMDataModule) -> float:
+    """Training examples per second delivered by one full epoch of the train dataloader."""
+    start, n = time.perf_counter(), 0
+    for context, target in dm.train_dataloader():
+        n += target.numel()
+    return n / (time.perf_counter() - start)
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    """Best fp32 FLOP/s of an n x n x n matmul on this machine."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def step_flops(batch: int, vocab: int, k: int, m: int, h: int) -> float:
+    """Matmul FLOPs of one training step: 2 per multiply-add; the backward pass costs twice the
+    forward (a gradient for each layer's weights and one for its input, which flows on to C)."""
+    features = k * m + h
+    forward = 2 * batch * (k * m * h + features * vocab)
+    return 3 * forward
+
+
+def make_module(dm: LMDataModule) -> LanguageModel:
+    torch.manual_seed(0)
+    return LanguageModel(MLP1, {"name": "softmax"}, {"name": "adam", "lr": 1e-3}, dm.vocab.to_dict())
+
+
+def plain_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
+    """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning."""
+    module = make_module(dm)
+    optimizer = module.configure_optimizers()
+    batches = iter(dm.train_dataloader())
+    n, start = 0, None
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        context, target = next(batches)
+        loss = module.nll(context, target).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        n += target.numel() if i >= warmup else 0
+    return n / (time.perf_counter() - start)
+
+
+class _Clock(pl.Callback):
+    def __init__(self, warmup: int):
+        self.warmup, self.start, self.end, self.examples = warmup, None, None, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == self.warmup:
+            self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx >= self.warmup:
+            self.examples += batch[1].numel()
+            self.end = time.perf_counter()
+
+
+def lightning_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
+    """Examples/s of the same training inside `pl.Trainer` (as nplm-train runs it, no logger)."""
+    module = make_module(dm)
+    clock = _Clock(warmup)
+    trainer = pl.Trainer(max_steps=warmup + steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
+                         accelerator="cpu", devices=1)
+    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    return clock.examples / (clock.end - clock.start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-size", type=int, default=512, help="training batch size (default 512)")
+    parser.add_argument("--steps", type=int, default=40, help="timed training steps per loop (default 40)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--write-readme", action="store_true", help="write the table into README.md here")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    dm, source = datamodule(args.batch_size)
+    V = len(dm.vocab)
+    rate_loader = loader_rate(dm)
+    peak = matmul_peak()
+    # Alternate the two training loops twice and keep each one's best, so a noisy moment hurts neither.
+    plain, lit = 0.0, 0.0
+    for _ in range(2):
+        plain = max(plain, plain_loop(dm, args.steps, args.warmup))
+        lit = max(lit, lightning_loop(dm, args.steps, args.warmup))
+    flops_per_example = step_flops(1, V, MLP1["context_size"], MLP1["embed_dim"], MLP1["hidden_dim"])
+    rows = [
+        ("(a) DataModule batches", f"{rate_loader:,.0f} examples/s", ">= 1,000,000 examples/s",
+         "yes" if rate_loader >= 1e6 else "no"),
+        ("(b) MLP1 training, plain PyTorch loop", f"{plain:,.0f} examples/s", "", ""),
+        ("(b) MLP1 training, Lightning", f"{lit:,.0f} examples/s", "", ""),
+        ("(b) Lightning overhead", f"{(plain / lit - 1) * 100:.1f}%", "<= 10%",
+         "yes" if plain / lit - 1 <= 0.10 else "no"),
+        ("(c) measured fp32 matmul peak (2048^3)", f"{peak / 1e9:.1f} GFLOP/s", "", ""),
+        ("(c) MLP1 training step, Lightning", f"{lit * flops_per_example / 1e9:.1f} GFLOP/s", "", ""),
+        ("(c) fraction of peak", f"{lit * flops_per_example / peak * 100:.1f}%", ">= 60%",
+         "yes" if lit * flops_per_example / peak >= 0.6 else "no"),
+    ]
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or 'cpu'}, "
+               f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+    table = ["| measurement | value | target | met |", "|---|---|---|---|"]
+    table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    header = (f"Machine: {machine}. Data: {source}. Batch size {args.batch_size}, "
+              f"{args.steps} timed steps after {args.warmup} warm-up steps; MLP1 = n=5, m=60, h=50, direct, "
+              f"full softmax, Adam. Matmul FLOPs per training example: {flops_per_example / 1e6:.1f} M.")
+    print(header)
+    print("\n".join(table))
+    if args.write_readme:
+        readme = HERE / "README.md"
+        text = readme.read_text() if readme.exists() else ""
+        marker = "<!-- results -->"
+        head = text.split(marker)[0] if marker in text else text
+        readme.write_text(head + marker + "\n" + header + "\n\n" + "\n".join(table) + "\n")
+
+
+if __name__ == "__main__":
+    main()
