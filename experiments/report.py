@@ -1,0 +1,53 @@
+"""Write a run's learning curve and result as Markdown, from its own metrics.json (nothing typed by hand).
+
+    python experiments/report.py outputs/<experiment>/runs/<run> --target 5.80 > experiments/<name>/README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def report(run_dir: Path, target: float | None) -> str:
+    record = json.loads((run_dir / "metrics.json").read_text())
+    if record["status"] != "finished":
+        raise SystemExit(f"{run_dir} has status {record['status']!r}; report finished runs only")
+    history, metrics, corpus = record["history"], record["metrics"], record["corpus"]
+    lines = [
+        f"# `experiment={record['experiment']}`", "",
+        f"Command: `{record['command'].split('/')[-1]}`  ",
+        f"Machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs, "
+        f"{record['machine']['torch_threads']} torch threads; torch {record['versions']['torch']}, "
+        f"Lightning {record['versions']['pytorch_lightning']}; commit `{record['git_commit']}`  ",
+        f"Corpus: {corpus['name']}, |V| = {corpus['vocab_size']:,}, train {corpus['train_tokens']:,} / "
+        f"valid {corpus['valid_tokens']:,} / test {corpus.get('test_tokens', 0):,} tokens", "",
+        "| epoch | train ppl | valid ppl | best valid ppl | tokens/s | epoch time (s) | elapsed (s) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in history:
+        lines.append(f"| {row['epoch'] + 1} | {row['train/ppl']:.3f} | {row['val/ppl']:.3f} | {row['val/ppl_best']:.3f} | "
+                     f"{row['train/tokens_per_s']:,.0f} | {row['train/epoch_time_s']:.1f} | {row['elapsed_s']:.0f} |")
+    lines += ["", f"Best validation perplexity **{metrics['val/ppl_best']:.3f}**"
+              + (f", test perplexity of the best checkpoint **{metrics['test/ppl']:.3f}**" if "test/ppl" in metrics else "")
+              + f"; wall time {record['wall_time_s'] / 60:.1f} min."]
+    if target is not None:
+        reached = next((row for row in history if row["val/ppl"] <= target), None)
+        lines.append(
+            f"Target validation perplexity <= {target}: " + (
+                f"reached after {reached['epoch'] + 1} epochs, {reached['elapsed_s'] / 60:.1f} min of training."
+                if reached else "not reached."))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.json")
+    parser.add_argument("--target", type=float, help="validation perplexity to reach; says when it was")
+    args = parser.parse_args()
+    print(report(args.run_dir, args.target), end="")
+
+
+if __name__ == "__main__":
+    main()
