@@ -99,6 +99,8 @@ def _train(cfg: DictConfig, out_dir: Path) -> dict:
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files)
+    for logger in loggers:
+        logger.log_hyperparams({"corpus_stats": dm.summary(), "data_files": dm.files})
     history = EpochHistory(out_dir / "metrics.csv")
     failed = True
     try:
