@@ -28,7 +28,8 @@ def read_checkpoint(path: str | Path) -> dict:
 def load_model(path: str | Path) -> LanguageModel:
     """Rebuild the `LanguageModel` (NPLM + head + vocabulary) of a checkpoint, in eval mode."""
     ckpt = read_checkpoint(path)
-    module = LanguageModel(**ckpt["hyper_parameters"], vocab=ckpt[CHECKPOINT_KEY]["vocab"])
+    entry = ckpt[CHECKPOINT_KEY]
+    module = LanguageModel(**ckpt["hyper_parameters"], vocab=entry["vocab"], tree=entry.get("tree"))
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:

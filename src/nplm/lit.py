@@ -14,6 +14,7 @@ from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
 from nplm.optim import OptimizerConfig, build_optimizer
 from nplm.perplexity import Perplexity
+from nplm.trees.tree import Tree
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: the vocabulary, as plain lists
 
@@ -25,16 +26,22 @@ class LanguageModel(pl.LightningModule):
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
     """
 
-    def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None):
+    def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None,
+                 tree: dict | None = None):
         """`model`, `head`, `optimizer`: their config groups; `vocab`: `Vocabulary.to_dict()`;
-        `data`: the corpus config and batch sizes, kept so a checkpoint can be evaluated again."""
+        `data`: the corpus config and batch sizes, kept so a checkpoint can be evaluated again;
+        `tree`: `Tree.to_dict()` for tree-structured heads. Vocabulary and tree travel in the
+        checkpoint's own entry, not in the hyperparameters."""
         super().__init__()
-        self.save_hyperparameters(ignore=["vocab"])
+        self.save_hyperparameters(ignore=["vocab", "tree"])
         self.vocab = Vocabulary.from_dict(vocab)
+        self.tree = Tree.from_dict(tree) if tree is not None else None
         self.model_cfg = NPLMConfig.from_dict(model)
         self.optim_cfg = OptimizerConfig.from_dict(optimizer)
         self.model = NPLM(len(self.vocab), self.model_cfg)
-        self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts)
+        self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree)
+        # Heads that train on a sampled objective report its perplexity under another name.
+        self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
         self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
         self.best_val_ppl = math.inf
         self._epoch_start = 0.0
@@ -54,7 +61,7 @@ class LanguageModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         context, target = batch
-        nll = self.nll(context, target)
+        nll = self.head.loss(self.model(context), target)  # [B]
         loss = nll.mean()
         if not torch.isfinite(loss):
             raise UserError(
@@ -68,7 +75,7 @@ class LanguageModel(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         seconds = time.perf_counter() - self._epoch_start
-        self.log("train/ppl", self.train_ppl.compute())
+        self.log(self.train_ppl_name, self.train_ppl.compute())
         self.train_ppl.reset()
         self.log("train/tokens_per_s", self._epoch_tokens / max(seconds, 1e-9))
         self.log("train/epoch_time_s", seconds)
@@ -98,7 +105,8 @@ class LanguageModel(pl.LightningModule):
 
     # -- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl}
+        checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
+                                      "tree": self.tree.to_dict() if self.tree is not None else None}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]

@@ -11,6 +11,7 @@ import logging
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -20,8 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
+from nplm.heads import head_class
 from nplm.lit import LanguageModel
 from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb
+from nplm.trees import Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,45 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
         raise UserError(f"bad trainer option ({err}); see pytorch_lightning.Trainer's arguments") from None
 
 
+def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | None = None) -> Tree | None:
+    """The tree the head needs (built from the training split, or read from `tree.path`), or None.
+    A tree given to a head that uses none is reported once and ignored."""
+    tree_cfg = _container(cfg.tree) if cfg.get("tree") else None
+    if not head_class(cfg.head.name).uses_tree:
+        if tree_cfg:
+            log.warning("tree=%s has no effect with head=%s, which uses no tree", tree_cfg["name"], cfg.head.name)
+        return None
+    if tree_cfg is None:
+        log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
+        tree_cfg = {"name": "balanced"}
+    if tree_cfg["name"] == "file":
+        tree = Tree.load(tree_cfg["path"])
+        tree.check_vocabulary(dm.vocab.tokens)
+        return tree
+    for key in ("bootstrap", "bootstrap_epochs"):  # the learned tree's first phase, not builder options
+        tree_cfg.pop(key, None)
+    start = time.perf_counter()
+    ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
+    tree = build_tree(tree_cfg, ctx)
+    log.info("tree=%s built in %.1f s: %s", tree.kind, time.perf_counter() - start, tree.stats(dm.vocab.counts))
+    return tree
+
+
+def bootstrap_embeddings(cfg: DictConfig, out_dir: Path) -> torch.Tensor:
+    """Mnih & Hinton (2009): train with a simple tree first; its word vectors C [V, m] then shape the
+    learned tree. Runs `tree.bootstrap` for `tree.bootstrap_epochs` epochs in <run>/bootstrap."""
+    sub = OmegaConf.to_container(cfg, resolve=True)
+    sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
+    sub["trainer"]["max_epochs"] = int(cfg.tree.get("bootstrap_epochs", 1))
+    sub["paths"]["output_dir"] = str(out_dir)
+    sub["logger"] = {"csv": False, "wandb": None}
+    log.info("tree=learned, phase 1: %d epochs with tree=%s in %s", sub["trainer"]["max_epochs"],
+             sub["tree"]["name"], out_dir)
+    metrics = _train(OmegaConf.create(sub), out_dir)
+    best = torch.load(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
+    return best["state_dict"]["model.C.weight"]
+
+
 def train(cfg: DictConfig) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics.
 
@@ -94,13 +136,22 @@ def _train(cfg: DictConfig, out_dir: Path) -> dict:
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
+    embeddings = None
+    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree:
+        embeddings = bootstrap_embeddings(cfg, out_dir / "bootstrap")
+    tree = tree_for_head(cfg, dm, embeddings)
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
-                           dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)})
+                           dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)},
+                           tree=tree.to_dict() if tree is not None else None)
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files)
+    if tree is not None:
+        tree.save(out_dir / "tree.json")
+        record.data["tree"] = tree.stats(dm.vocab.counts)
     for logger in loggers:
-        logger.log_hyperparams({"corpus_stats": dm.summary(), "data_files": dm.files})
+        logger.log_hyperparams({"corpus_stats": dm.summary(), "data_files": dm.files,
+                                "tree_stats": record.data.get("tree")})
     history = EpochHistory(out_dir / "metrics.csv")
     failed = True
     try:
@@ -112,6 +163,7 @@ def _train(cfg: DictConfig, out_dir: Path) -> dict:
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False)[0])
         metrics["val/ppl_best"] = module.best_val_ppl
         record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
+        metrics["best_checkpoint"] = best_path
         for logger in loggers:
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()

@@ -61,7 +61,8 @@ class LMDataModule(pl.LightningDataModule):
         cfg = self.corpus_cfg
         text = load_corpus(cfg, self.data_dir)
         self.files = text.files
-        if self.vocab is None:
+        built_here = self.vocab is None
+        if built_here:
             self.vocab = self._build_vocab(text)
         k = self.context_size
         previous: torch.Tensor | None = None
@@ -83,6 +84,8 @@ class LMDataModule(pl.LightningDataModule):
                 )
             self.windows[split] = Windows(stream, k)
             self.stats[split] = SplitStats(len(tokens), len(self.windows[split]), self.vocab.oov_rate(tokens))
+        if built_here:  # counts are training-split counts, whatever the vocabulary was counted on
+            self.vocab.counts = torch.bincount(self.ids["train"], minlength=len(self.vocab)).tolist()
         for split, s in self.stats.items():
             log.info("corpus %s %s: %d tokens, %d predicted, OOV rate %.4f", cfg["name"], split, s.tokens,
                      s.predicted, s.oov_rate)

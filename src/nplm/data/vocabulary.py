@@ -16,7 +16,7 @@ EOS = "<eos>"
 
 @dataclass
 class Vocabulary:
-    """An ordered list of tokens with their counts.
+    """An ordered list of tokens with their counts (the DataModule sets them to training-split counts).
 
     `joiner` is the string that glues decoded tokens back into text ("" for characters and GPT-2
     pre-tokens, " " for whitespace words); `tokenizer` names how raw text is split into tokens.

@@ -1,0 +1,138 @@
+"""Hierarchical softmax over a binary tree of the vocabulary (Morin & Bengio 2005).
+
+A word w is the leaf at the end of a path of internal nodes n_1..n_D(w) with turns b_j in {0, 1}:
+
+    P(w | context) = prod_j P(b_j | n_j, context),   P(b = 1 | n, f) = sigmoid(s(n, f))    (eq. 4-5)
+
+so training costs O(depth) = O(log |V|) node evaluations per example instead of O(|V|). The NLL is
+the sum over the path of the binary log-losses (not their mean, which is not a log-likelihood).
+
+Node forms (`node_form`), over the NPLM features f:
+- `morin_bengio`: s(n, f) = alpha_n + beta . tanh(c + W f + U N_n), with learned node embeddings N
+  (Morin & Bengio's eq. 6; with `model.hidden_dim=0 model.direct=true`, f is the concatenated word
+  vectors, exactly their model);
+- `logistic`: s(n, f) = b_n + q_n . f (word2vec; Mnih & Hinton 2009).
+
+The full distribution [B, V] is computed level by level from the root,
+log P(child) = log P(parent) + log sigmoid(+-s(parent)), which costs O(B x nodes) after the node
+scores, instead of gathering every word's path (O(B x V x depth)).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nplm.errors import UserError
+from nplm.heads.base import Head
+from nplm.trees.tree import Tree
+
+NODE_FORMS = ("morin_bengio", "logistic")
+
+
+class HierarchicalHead(Head):
+    uses_tree = True
+
+    def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
+                 node_hidden: int = 16, chunk_elements: int = 1 << 24):
+        super().__init__()
+        if node_form not in NODE_FORMS:
+            raise UserError(f"head.node_form={node_form!r} is not one of: {', '.join(NODE_FORMS)}")
+        if node_form == "morin_bengio" and (node_dim <= 0 or node_hidden <= 0):
+            raise UserError(f"head.node_dim={node_dim} and head.node_hidden={node_hidden} must be >= 1")
+        self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
+        I = len(tree.children)
+        nodes, codes, lengths = tree.paths()
+        self.register_buffer("path_nodes", nodes, persistent=False)  # [V, D]
+        self.register_buffer("path_signs", codes.float() * 2 - 1, persistent=False)  # [V, D], +1 = right
+        self.register_buffer("path_mask", torch.arange(nodes.shape[1]) < lengths[:, None], persistent=False)
+        self._levels = _level_plan(tree)
+        if node_form == "logistic":
+            self.q = nn.Parameter(torch.randn(I, feature_dim) * feature_dim ** -0.5)  # [I, F]
+            self.b = nn.Parameter(torch.zeros(I))
+        else:
+            self.N = nn.Parameter(torch.randn(I, node_dim) * 0.1)  # node embeddings [I, d_N]
+            self.W = nn.Linear(feature_dim, node_hidden)  # weight W, bias c
+            self.U = nn.Linear(node_dim, node_hidden, bias=False)
+            self.beta = nn.Parameter(torch.randn(node_hidden) * node_hidden ** -0.5)
+            self.alpha = nn.Parameter(torch.zeros(I))
+
+    @classmethod
+    def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "Head":
+        if tree is None:
+            raise UserError("head=hierarchical needs a tree: add tree=balanced (or random, huffman, brown, "
+                            "wordnet, learned)")
+        if tree.vocab_size != vocab_size:
+            raise UserError(f"the tree has {tree.vocab_size} leaves but the vocabulary {vocab_size} words; "
+                            "rebuild the tree from this corpus")
+        valid = {"node_form", "node_dim", "node_hidden", "chunk_elements"}
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise UserError(f"unknown option head.{unknown[0]} for head=hierarchical; valid: {', '.join(sorted(valid))}")
+        return cls(feature_dim, tree, **options)
+
+    # -- node scores ------------------------------------------------------------------------
+    def _path_scores(self, features: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """s(n, f) for each example's own nodes: features [B, F], nodes [B, D] -> [B, D]."""
+        if self.node_form == "logistic":
+            return torch.bmm(self.q[nodes], features[:, :, None]).squeeze(2) + self.b[nodes]
+        hidden = torch.tanh(self.W(features)[:, None, :] + self.U(self.N[nodes]))  # [B, D, h]
+        return hidden @ self.beta + self.alpha[nodes]  # [B, D]
+
+    def _all_scores(self, features: torch.Tensor) -> torch.Tensor:
+        """s(n, f) for every internal node: [B, I]; the Morin-Bengio form in memory-bounded chunks."""
+        if self.node_form == "logistic":
+            return torch.addmm(self.b, features, self.q.T)  # [B, I]
+        Wf = self.W(features)  # [B, h]
+        UN = self.U(self.N)  # [I, h]
+        B, (I, h) = features.shape[0], UN.shape
+        step = max(1, self.chunk_elements // max(1, B * h))
+        out = torch.empty(B, I, dtype=features.dtype, device=features.device)
+        for start in range(0, I, step):
+            hidden = torch.tanh(Wf[:, None, :] + UN[None, start:start + step])  # [B, chunk, h]
+            out[:, start:start + step] = hidden @ self.beta + self.alpha[start:start + step]
+        return out
+
+    # -- the head interface --------------------------------------------------------------------
+    def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        nodes, signs, mask = self.path_nodes[target], self.path_signs[target], self.path_mask[target]  # [B, D]
+        log_p_turns = F.logsigmoid(signs * self._path_scores(features, nodes))  # [B, D]
+        return -(log_p_turns * mask).sum(dim=1)  # [B]
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        scores = self._all_scores(features)  # [B, I]
+        log_right, log_left = F.logsigmoid(scores), F.logsigmoid(-scores)  # [B, I]
+        B, I = scores.shape
+        node_lp = scores.new_zeros(B, I)  # log P(reach node); root = 0
+        out = scores.new_empty(B, self.tree.vocab_size)  # [B, V]
+        for parents_n, child_n, parents_w, words in self._levels_on(scores.device):
+            for turn, lp in ((0, log_left), (1, log_right)):
+                if parents_n[turn].numel():
+                    node_lp[:, child_n[turn]] = node_lp[:, parents_n[turn]] + lp[:, parents_n[turn]]
+                if parents_w[turn].numel():
+                    out[:, words[turn]] = node_lp[:, parents_w[turn]] + lp[:, parents_w[turn]]
+        return out
+
+    def _levels_on(self, device: torch.device) -> list[tuple]:
+        if self._levels[0][0][0].device != device:
+            self._levels = [tuple([t.to(device) for t in part] for part in level) for level in self._levels]
+        return self._levels
+
+
+def _level_plan(tree: Tree) -> list[tuple]:
+    """Per depth, per turn (0 left, 1 right): parents whose child is an internal node (and that
+    child), and parents whose child is a word (and that word)."""
+    children = tree.children_tensor()  # [I, 2]
+    plan = []
+    for level in tree.levels():
+        parents_n, child_n, parents_w, words = [], [], [], []
+        for turn in (0, 1):
+            c = children[level, turn]
+            internal = c >= 0
+            parents_n.append(level[internal])
+            child_n.append(c[internal])
+            parents_w.append(level[~internal])
+            words.append(-1 - c[~internal])
+        plan.append((parents_n, child_n, parents_w, words))
+    return plan

@@ -1,0 +1,11 @@
+"""`tree=balanced`: recursive halves of the lexicographically sorted vocabulary (the notebook's tree)."""
+
+from __future__ import annotations
+
+from nplm.trees.tree import Tree, balanced_nested
+
+
+def build(ctx) -> Tree:
+    tokens = ctx.vocab.tokens
+    order = sorted(range(len(tokens)), key=lambda i: tokens[i])
+    return Tree.from_nested(balanced_nested(order), len(tokens))

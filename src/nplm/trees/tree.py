@@ -1,0 +1,185 @@
+"""A binary tree over the vocabulary, as plain arrays (Morin & Bengio 2005, section 3).
+
+Internal nodes are numbered 0..I-1 breadth-first (0 is the root, a child's number is larger than its
+parent's); the leaves are the words 0..V-1. `children[i] = (left, right)`, where a child c >= 0 is an
+internal node and c < 0 is the word -1 - c. A word's path is the internal nodes from the root down to
+its leaf, and its code says at each of them whether the path turns left (0) or right (1), so that
+
+    P(w | context) = prod_j P(b_j(w) | b_1..b_{j-1}, context) = prod_j sigmoid(+-s(node_j, context))
+
+with + for a right turn and - for a left turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence, Union
+
+import torch
+
+from nplm.errors import UserError
+
+Nested = Union[int, tuple]  # a word id, or a (left, right) pair of Nested
+
+
+def vocab_fingerprint(tokens: Sequence[str]) -> str:
+    """A short hash of the ordered vocabulary: a tree built for another vocabulary is refused."""
+    return hashlib.sha256("\x00".join(tokens).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Tree:
+    children: list[tuple[int, int]]  # [I] (left, right); >= 0 internal node, < 0 word -1-c
+    vocab_size: int
+    fingerprint: str = ""  # vocab_fingerprint of the vocabulary it was built for
+    kind: str = ""  # which builder made it
+    _paths: tuple | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.children = [tuple(int(c) for c in pair) for pair in self.children]
+        self.validate()
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_nested(cls, nested: Nested, vocab_size: int, **kwargs) -> "Tree":
+        """Number a nested (left, right) structure of word ids breadth-first. A single word (V = 1)
+        cannot make a binary tree."""
+        if not isinstance(nested, tuple):
+            raise ValueError("a tree needs at least two words")
+        children: list[tuple[int, int]] = []
+        queue: deque = deque([nested])
+        next_id = 1
+        while queue:
+            node = queue.popleft()
+            pair = []
+            for child in node:
+                if isinstance(child, tuple):
+                    pair.append(next_id)
+                    next_id += 1
+                    queue.append(child)
+                else:
+                    pair.append(-1 - int(child))
+            children.append((pair[0], pair[1]))
+        return cls(children, vocab_size, **kwargs)
+
+    def validate(self) -> None:
+        """Binary, connected from the root, every word exactly one leaf, children after parents."""
+        V, I = self.vocab_size, len(self.children)
+        if I != V - 1:
+            raise UserError(f"a binary tree over {V} words has {V - 1} internal nodes, this one {I}")
+        seen_words = [0] * V
+        seen_nodes = [0] * I
+        for parent, pair in enumerate(self.children):
+            if len(pair) != 2:
+                raise UserError(f"tree node {parent} has {len(pair)} children; trees must be binary")
+            for c in pair:
+                if c >= 0:
+                    if not parent < c < I:
+                        raise UserError(f"tree node {parent} has child node {c}; children must be numbered "
+                                        "after their parent")
+                    seen_nodes[c] += 1
+                else:
+                    if not 0 <= -1 - c < V:
+                        raise UserError(f"tree node {parent} has leaf {-1 - c}, outside the vocabulary of {V}")
+                    seen_words[-1 - c] += 1
+        bad_word = next((w for w, n in enumerate(seen_words) if n != 1), None)
+        if bad_word is not None:
+            raise UserError(f"word {bad_word} is a leaf {seen_words[bad_word]} times; each word must be exactly one leaf")
+        bad_node = next((i for i, n in enumerate(seen_nodes) if n != (0 if i == 0 else 1)), None)
+        if bad_node is not None:
+            raise UserError(f"tree node {bad_node} has {seen_nodes[bad_node]} parents; the tree is not connected")
+
+    # -- paths -------------------------------------------------------------------------------
+    def paths(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(nodes [V, D], codes [V, D], lengths [V]): each word's internal nodes from the root and its
+        turns (1 = right), padded to the maximum depth D with node 0 and code 0."""
+        if self._paths is None:
+            V = self.vocab_size
+            node_path: list[list[int]] = [[] for _ in range(len(self.children))]
+            code_path: list[list[int]] = [[] for _ in range(len(self.children))]
+            words_nodes: list[list[int]] = [[] for _ in range(V)]
+            words_codes: list[list[int]] = [[] for _ in range(V)]
+            for parent, pair in enumerate(self.children):  # parents come before children
+                for side, c in enumerate(pair):
+                    nodes, codes = node_path[parent] + [parent], code_path[parent] + [side]
+                    if c >= 0:
+                        node_path[c], code_path[c] = nodes, codes
+                    else:
+                        words_nodes[-1 - c], words_codes[-1 - c] = nodes, codes
+            lengths = torch.tensor([len(p) for p in words_nodes])
+            D = int(lengths.max())
+            nodes = torch.zeros(V, D, dtype=torch.long)
+            codes = torch.zeros(V, D, dtype=torch.long)
+            for w in range(V):
+                nodes[w, : lengths[w]] = torch.tensor(words_nodes[w])
+                codes[w, : lengths[w]] = torch.tensor(words_codes[w])
+            self._paths = (nodes, codes, lengths)
+        return self._paths
+
+    def levels(self) -> list[torch.Tensor]:
+        """Internal node ids grouped by depth, root first: the order of a level-by-level pass."""
+        depth = [0] * len(self.children)
+        for parent, pair in enumerate(self.children):
+            for c in pair:
+                if c >= 0:
+                    depth[c] = depth[parent] + 1
+        by_depth: list[list[int]] = [[] for _ in range(max(depth) + 1)]
+        for node, d in enumerate(depth):
+            by_depth[d].append(node)
+        return [torch.tensor(ids) for ids in by_depth]
+
+    def children_tensor(self) -> torch.Tensor:
+        return torch.tensor(self.children, dtype=torch.long)  # [I, 2]
+
+    # -- statistics ----------------------------------------------------------------------------
+    def stats(self, counts: Sequence[int] | None = None) -> dict:
+        """Internal nodes, mean/max depth, and with unigram counts the expected code length in bits
+        next to the unigram entropy (its lower bound)."""
+        _, _, lengths = self.paths()
+        out = {"kind": self.kind, "words": self.vocab_size, "internal_nodes": len(self.children),
+               "mean_depth": float(lengths.double().mean()), "max_depth": int(lengths.max())}
+        if counts is not None:
+            p = torch.tensor(counts, dtype=torch.float64) + 1e-12
+            p = p / p.sum()
+            out["expected_code_length_bits"] = float((p * lengths).sum())
+            out["unigram_entropy_bits"] = float(-(p * torch.log2(p)).sum())
+        return out
+
+    # -- persistence ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
+                "children": [list(pair) for pair in self.children]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tree":
+        return cls([tuple(p) for p in d["children"]], int(d["vocab_size"]), fingerprint=d.get("fingerprint", ""),
+                   kind=d.get("kind", ""))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tree":
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError) as err:
+            raise UserError(f"cannot read tree file {str(path)!r} ({type(err).__name__}); "
+                            "give tree.path a tree.json written by nplm-train") from None
+
+    def check_vocabulary(self, tokens: Sequence[str]) -> None:
+        if self.vocab_size != len(tokens) or (self.fingerprint and self.fingerprint != vocab_fingerprint(tokens)):
+            raise UserError(f"this {self.kind or 'loaded'} tree was built for another vocabulary "
+                            f"({self.vocab_size} words, fingerprint {self.fingerprint}) than the corpus' "
+                            f"({len(tokens)} words, {vocab_fingerprint(tokens)}); rebuild it from this corpus")
+
+
+def balanced_nested(words: Sequence[int]) -> Nested:
+    """Recursive halves of `words` (the hierarchical-softmax notebook's tree)."""
+    if len(words) == 1:
+        return words[0]
+    mid = (len(words) + 1) // 2
+    return (balanced_nested(words[:mid]), balanced_nested(words[mid:]))

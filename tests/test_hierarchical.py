@@ -1,0 +1,98 @@
+"""Hierarchical softmax (Morin & Bengio 2005): normalisation, NLL, a naive path walk, the toy notebook."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nplm.errors import UserError
+from nplm.heads import build_head
+from nplm.heads.hierarchical import HierarchicalHead
+from nplm.predict import predict
+from nplm.trees.tree import Tree, balanced_nested
+
+# An unbalanced tree over 6 words: ((0, (1, 2)), (3, (4, 5)))... made deeper on one side.
+NESTED = ((0, (1, (2, 3))), (4, 5))
+
+
+def naive_prob(head: HierarchicalHead, f: torch.Tensor, word: int) -> float:
+    """Walk from the root to `word`, multiplying sigmoid(+-s(node, f)) by the node form's formula."""
+    tree = head.tree
+    parent_of = {}
+    for node, pair in enumerate(tree.children):
+        for turn, c in enumerate(pair):
+            parent_of[c] = (node, turn)
+    prob, c = 1.0, -1 - word
+    while c in parent_of:
+        node, turn = parent_of[c]
+        if head.node_form == "logistic":
+            s = float(head.b[node] + head.q[node] @ f)
+        else:
+            hidden = torch.tanh(head.W.bias + head.W.weight @ f + head.U.weight @ head.N[node])
+            s = float(head.alpha[node] + head.beta @ hidden)
+        prob *= 1 / (1 + math.exp(-s)) if turn == 1 else 1 / (1 + math.exp(s))
+        c = node
+    return prob
+
+
+@pytest.mark.parametrize("form", ["morin_bengio", "logistic"])
+@pytest.mark.parametrize("nested,V", [(NESTED, 6), (balanced_nested(list(range(37))), 37)])
+def test_distribution_is_normalised_and_matches_nll_and_a_naive_walk(form, nested, V):
+    torch.manual_seed(0)
+    tree = Tree.from_nested(nested, V)
+    head = HierarchicalHead(7, tree, form, node_dim=3, node_hidden=5, chunk_elements=11).double()
+    f = torch.randn(4, 7, dtype=torch.float64)
+    log_p = head.log_probs(f)  # [4, V]
+    torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(4, dtype=torch.float64), atol=1e-5, rtol=0)
+    target = torch.tensor([0, V - 1, 2, 3])
+    torch.testing.assert_close(head.nll(f, target), -log_p[torch.arange(4), target])
+    for b in range(4):
+        for w in range(V):
+            assert math.exp(log_p[b, w]) == pytest.approx(naive_prob(head, f[b], w), rel=1e-9)
+
+
+def test_nll_is_the_sum_over_the_path_not_the_mean():
+    tree = Tree.from_nested(NESTED, 6)
+    head = HierarchicalHead(2, tree, "logistic")
+    with torch.no_grad():
+        head.q.zero_(), head.b.zero_()
+    # every turn has probability 1/2: word 2 is 4 turns deep -> NLL = 4 log 2
+    assert head.nll(torch.zeros(1, 2), torch.tensor([2])).item() == pytest.approx(4 * math.log(2))
+
+
+def test_hierarchical_head_needs_a_tree_of_the_right_size():
+    with pytest.raises(UserError, match=r"head=hierarchical needs a tree: add tree=balanced"):
+        build_head({"name": "hierarchical"}, 4, 6)
+    tree = Tree.from_nested(NESTED, 6)
+    with pytest.raises(UserError, match=r"the tree has 6 leaves but the vocabulary 7 words"):
+        build_head({"name": "hierarchical"}, 4, 7, tree=tree)
+    with pytest.raises(UserError, match=r"head.node_form='nope' is not one of"):
+        build_head({"name": "hierarchical", "node_form": "nope"}, 4, 6, tree=tree)
+
+
+def test_toy_hsm_notebook_predicts_down_and_loudly(run_train, tmp_path):
+    """experiment=toy_hsm, then nplm-predict ranks "down" after "the cat sat" and "loudly" after
+    "a dog barked", as the notebook did; the tree travels in the run dir and the checkpoint."""
+    run_train("experiment=toy_hsm")
+    run = tmp_path / "run"
+    tree = Tree.load(run / "tree.json")
+    assert tree.kind == "balanced" and len(tree.children) == 41
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    assert predict(ckpt, "the cat sat", top_k=1)[0][0] == "down"
+    assert predict(ckpt, "a dog barked", top_k=1)[0][0] == "loudly"
+
+
+def test_tree_from_another_vocabulary_is_refused(run_train, tmp_path):
+    other = Tree.from_nested(balanced_nested(list(range(42))), 42, fingerprint="0123456789abcdef")
+    other.save(tmp_path / "tree.json")
+    with pytest.raises(UserError, match=r"tree was built for another vocabulary .* rebuild it from this corpus"):
+        run_train("experiment=toy_hsm", "tree=file", f"tree.path={tmp_path / 'tree.json'}")
+
+
+def test_tree_with_a_head_that_uses_none_warns(run_train, caplog):
+    from conftest import TOY_FAST
+
+    run_train(*TOY_FAST, "tree=balanced")
+    assert "tree=balanced has no effect with head=softmax, which uses no tree" in caplog.text
