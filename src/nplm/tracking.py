@@ -63,7 +63,8 @@ def write_json(path: Path, data: dict) -> None:
 class RunRecord:
     """Owns `metrics.json` and `config.yaml` of one run directory."""
 
-    def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str]):
+    def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str],
+                 overrides: list[str]):
         self.out_dir = out_dir
         self.started = time.time()
         self.data = {
@@ -74,6 +75,7 @@ class RunRecord:
             "data_files": data_files,
             "corpus": corpus,
             "command": " ".join(sys.argv),
+            "overrides": overrides,
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "pytorch_lightning": pl.__version__},
             "machine": {"platform": platform.platform(), "processor": platform.processor(),
@@ -104,10 +106,24 @@ class EpochHistory(Checkpoint):
     `on_train_epoch_end`, where the epoch's perplexity is logged.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, resume_from: Path | None = None):
+        """With `resume_from` (a checkpoint), keep the rows of the epochs it had completed."""
         self.path = path
         self.rows: list[dict] = []
         self._start = time.time()
+        if resume_from is not None and path.exists():
+            done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
+            with open(path) as f:
+                self.rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)
+                             if int(row["epoch"]) <= done]
+            self._start -= self.rows[-1]["elapsed_s"] if self.rows else 0.0
+            self._write_all()
+
+    def _write_all(self) -> None:
+        with open(self.path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=HISTORY_FIELDS)
+            writer.writeheader()
+            writer.writerows(self.rows)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.global_rank != 0:
@@ -126,6 +142,13 @@ class EpochHistory(Checkpoint):
         log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s  %.1f s", row["epoch"],
                  _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), row.get("train/epoch_time_s") or 0.0)
+
+
+def _parse(value: str):
+    if value == "":
+        return None
+    number = float(value)
+    return int(number) if number.is_integer() and "." not in value else number
 
 
 def _fmt(value, spec: str = ".3f") -> str:

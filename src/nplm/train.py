@@ -23,7 +23,8 @@ from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.heads import head_class
 from nplm.lit import LanguageModel
-from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb
+from nplm.runs import finished_job, is_multirun, job_overrides, resolve_resume
+from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
 from nplm.trees import Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
@@ -119,15 +120,24 @@ def train(cfg: DictConfig) -> dict:
     mistake never leaves a half-written run behind; any other failure marks metrics.json "failed".
     """
     out_dir = Path(cfg.paths.output_dir)
+    overrides = job_overrides()
+    done = finished_job(out_dir, overrides)
+    if done is not None:
+        log.info("skipping %s: already finished", out_dir)
+        return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     try:
-        return _train(cfg, out_dir)
-    except UserError:
+        out_dir, ckpt = resolve_resume(cfg.get("resume"), out_dir, overrides)
+        return _train(cfg, out_dir, ckpt, overrides)
+    except UserError as err:
         finish_wandb(failed=True)
         shutil.rmtree(out_dir, ignore_errors=True)
+        if is_multirun():  # the sweep goes on; the job's folder says why it failed
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_json(out_dir / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
         raise
 
 
-def _train(cfg: DictConfig, out_dir: Path) -> dict:
+def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None) -> dict:
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -145,18 +155,19 @@ def _train(cfg: DictConfig, out_dir: Path) -> dict:
                            tree=tree.to_dict() if tree is not None else None)
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
-    record = RunRecord(out_dir, cfg, dm.summary(), dm.files)
+    record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [])
     if tree is not None:
         tree.save(out_dir / "tree.json")
         record.data["tree"] = tree.stats(dm.vocab.counts)
+        record.save()
     for logger in loggers:
         logger.log_hyperparams({"corpus_stats": dm.summary(), "data_files": dm.files,
                                 "tree_stats": record.data.get("tree")})
-    history = EpochHistory(out_dir / "metrics.csv")
+    history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     failed = True
     try:
         trainer = build_trainer(cfg, out_dir, loggers, history)
-        trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("resume"))
+        trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
         if dm.has_split("test"):
@@ -181,18 +192,36 @@ def _train(cfg: DictConfig, out_dir: Path) -> dict:
         finish_wandb(failed)
 
 
+_failed_jobs: list[str] = []
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def _hydra_main(cfg: DictConfig) -> float:
+    """One job. In a multirun a failed job is recorded and the sweep goes on; the exit code is
+    non-zero at the end if any job failed."""
     try:
         metrics = train(cfg)
     except UserError as err:
         print(f"nplm: error: {err}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        if not is_multirun():
+            sys.exit(EXIT_USER_ERROR)
+        _failed_jobs.append(str(err))
+        return float("nan")
+    except Exception as err:
+        if not is_multirun():
+            raise
+        log.exception("job failed; the sweep goes on")
+        _failed_jobs.append(f"{type(err).__name__}: {err}")
+        return float("nan")
     return metrics["val/ppl_best"]  # the objective for hyperparameter-search sweepers
 
 
 def main() -> None:
     _hydra_main()
+    if _failed_jobs:
+        print(f"nplm: error: {len(_failed_jobs)} job(s) of the sweep failed; see their metrics.json "
+              "(nplm-compare shows them)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

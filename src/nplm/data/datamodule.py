@@ -118,10 +118,13 @@ class LMDataModule(pl.LightningDataModule):
             n = min(len(self.windows["train"]), self.overfit_batches * self.batch_size)
             dataset = Windows(self.windows["train"].ids[: n + self.context_size], self.context_size)
             batch_size, shuffle = self.batch_size, False
-        rank, world = 0, 1
+        rank, world, epoch_fn = 0, 1, None
         if self.trainer is not None:
-            rank, world = self.trainer.global_rank, self.trainer.world_size
-        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world)
+            trainer = self.trainer
+            # the epoch being trained, as Lightning counts it for its own samplers (right after a resume too)
+            rank, world = trainer.global_rank, trainer.world_size
+            epoch_fn = lambda: trainer.fit_loop.epoch_progress.current.processed  # noqa: E731
+        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world, epoch_fn)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
         return DataLoader(dataset, sampler=sampler, batch_size=None)
 

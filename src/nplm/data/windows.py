@@ -7,6 +7,8 @@ gives all of them as a `[L-k, k+1]` view that shares the stream's memory; a batc
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch.utils.data import Dataset, Sampler
 
@@ -32,15 +34,17 @@ class Windows(Dataset):
 class BatchIndices(Sampler):
     """Yields LongTensors of window indices, `batch_size` at a time.
 
-    Shuffled with a permutation seeded by `seed + epoch` (Lightning calls `set_epoch`), so an epoch's
-    order depends only on the seed and the epoch: runs are reproducible and resumable. With
+    Shuffled with a permutation seeded by `seed + epoch`, so an epoch's order depends only on the seed
+    and the epoch: runs are reproducible and resumable. The epoch comes from `epoch_fn` when given
+    (the trainer's epoch, right also after resuming from a checkpoint), else from `set_epoch`. With
     `world_size > 1`, rank r takes every world_size-th batch, all ranks the same count.
     """
 
-    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1):
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 epoch_fn: Callable[[], int] | None = None):
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         self.rank, self.world_size = rank, world_size
-        self.epoch = 0
+        self.epoch, self.epoch_fn = 0, epoch_fn
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -53,7 +57,8 @@ class BatchIndices(Sampler):
 
     def __iter__(self):
         if self.shuffle:
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            epoch = self.epoch_fn() if self.epoch_fn is not None else self.epoch
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
         else:
             order = torch.arange(self.n)
         batches = order.split(self.batch_size)

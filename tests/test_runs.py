@@ -1,0 +1,94 @@
+"""Surviving failure: a SIGKILLed run resumes to the same result; sweeps skip finished jobs and
+record failed ones; nplm-compare reads all of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nplm.compare import find_jobs, main as compare_main
+
+ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+SMALL = ["corpus=tiny_shakespeare", "model.context_size=4", "model.embed_dim=8", "model.hidden_dim=16",
+         "data.batch_size=16", "trainer.max_epochs=4", "logger=none", "threads=1"]
+
+
+def nplm_train(cwd: Path, *args: str, wait: bool = True):
+    command = [sys.executable, "-m", "nplm.train", *args]
+    if wait:
+        return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def history(run: Path) -> list[str]:
+    return (run / "metrics.csv").read_text().splitlines() if (run / "metrics.csv").exists() else []
+
+
+def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:12_000])
+    args = [*SMALL, f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
+    whole = nplm_train(tmp_path, *args, f"hydra.run.dir={tmp_path / 'runs' / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+
+    killed_dir = tmp_path / "runs" / "killed"
+    proc = nplm_train(tmp_path, *args, f"hydra.run.dir={killed_dir}", wait=False)
+    deadline = time.time() + 300
+    while len(history(killed_dir)) < 3 and time.time() < deadline:  # header + 2 epochs
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the third epoch
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    record = json.loads((killed_dir / "metrics.json").read_text())
+    assert record["status"] == "running" and (killed_dir / "checkpoints" / "last.ckpt").exists()
+
+    resumed = nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={tmp_path / 'runs' / 'again'}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    again = tmp_path / "runs" / "again"
+    assert not again.exists(), (list(again.iterdir()), resumed.stderr[-3000:])  # it went on in the old folder
+    a = json.loads((tmp_path / "runs" / "whole" / "metrics.json").read_text())
+    b = json.loads((killed_dir / "metrics.json").read_text())
+    assert b["status"] == "finished" and b["epochs"] == a["epochs"] == 4
+    assert b["metrics"]["val/ppl_best"] == a["metrics"]["val/ppl_best"]
+    assert [r["val/ppl"] for r in b["history"]] == [r["val/ppl"] for r in a["history"]]
+
+
+def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "corpus=toy", "model.embed_dim=8,-1", "trainer.max_epochs=1", "logger=none", "threads=1",
+            f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"]
+    first = nplm_train(tmp_path, *args)
+    assert first.returncode == 1
+    assert "1 job(s) of the sweep failed" in first.stderr
+    ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
+    assert ok["status"] == "finished"
+    assert bad == {"status": "failed", "error": "model.embed_dim=-1 must be >= 1 (m, the word feature size)",
+                   "overrides": ["corpus=toy", "logger=none", "model.embed_dim=-1", "paths.data_dir=" + str(tmp_path),
+                                 "threads=1", "trainer.max_epochs=1"]}
+    stamp = (sweep / "0" / "metrics.json").stat().st_mtime
+    again = nplm_train(tmp_path, *args)
+    assert "skipping" in again.stderr + again.stdout
+    assert (sweep / "0" / "metrics.json").stat().st_mtime == stamp
+
+    jobs = find_jobs([sweep])
+    assert [j.status for j in jobs] == ["finished", "failed"]
+    compare_main([str(sweep), "--markdown", str(tmp_path / "t.md"), "--csv", str(tmp_path / "t.csv"),
+                  "--plots", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert "failed: model.embed_dim=-1 must be >= 1" in out
+    assert (tmp_path / "t.md").read_text().count("\n") == 4
+    assert (tmp_path / "plots" / "learning_curves.png").stat().st_size > 1000
+
+
+def test_compare_refuses_folders_without_runs(tmp_path):
+    from nplm.errors import UserError
+
+    with pytest.raises(UserError, match=r"no metrics.json below"):
+        find_jobs([tmp_path])
