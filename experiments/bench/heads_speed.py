@@ -1,0 +1,129 @@
+"""Speed of the output layers ("heads") at the Brown vocabulary, measured side by side in one run.
+
+For each head in HEADS, on MLP1-sized features (F = 60 * 4 + 50 = 290: the direct connections' x plus
+tanh(d + Hx)), V = 17,905, batch B = 256:
+
+- training examples/s: forward + backward of `head.loss` (down to the features, as in training) and
+  an Adam step on the head's parameters; also without the Adam step (the head's own cost);
+- the time of `head.log_probs` for the full [B, V] distribution (evaluation mode, no gradient);
+
+each also as a ratio to the softmax head's. Targets are drawn from synthetic Zipfian counts
+(count(r) ~ 1/r, about 1M tokens, word ids shuffled so they are not in frequency order).
+
+    OMP_NUM_THREADS=1 python experiments/bench/heads_speed.py [--steps 10] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from nplm.heads import Head, build_head
+
+V, F, B = 17_905, 290, 256
+
+
+def zipf_counts(vocab_size: int, tokens: float = 1e6, seed: int = 0) -> list[int]:
+    """Counts ~ tokens / (H_V r) for rank r, assigned to shuffled word ids; every count >= 1."""
+    harmonic = sum(1 / r for r in range(1, vocab_size + 1))
+    by_rank = [max(1, round(tokens / (harmonic * r))) for r in range(1, vocab_size + 1)]
+    perm = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [by_rank[perm[i]] for i in range(vocab_size)]
+
+
+def head_constructors(counts: list[int]) -> dict[str, Callable[[], Head]]:
+    """One line per head; each builds it from its config defaults."""
+    return {
+        "softmax": lambda: build_head({"name": "softmax"}, F, V, counts),
+        "class_based": lambda: build_head({"name": "class_based"}, F, V, counts),
+        "adaptive": lambda: build_head({"name": "adaptive"}, F, V, counts),
+        "importance_sampling": lambda: build_head({"name": "importance_sampling"}, F, V, counts),
+    }
+
+
+def training_rate(head: Head, targets: torch.Tensor, steps: int, warmup: int, adam: bool) -> float:
+    """Examples/s of `loss` forward + backward (+ an Adam step), over `steps` timed steps."""
+    head.train()
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    features = torch.randn(B, F, requires_grad=True)  # [B, F] a leaf: the gradient reaches the features
+    start = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        features.grad = None
+        head.loss(features, targets[i % len(targets)]).mean().backward()
+        if adam:
+            optimizer.step()
+    return B * steps / (time.perf_counter() - start)
+
+
+def log_probs_seconds(head: Head, repeats: int) -> float:
+    """Median seconds of one `log_probs` call on a [B, F] batch."""
+    head.eval()
+    features = torch.randn(B, F)
+    times = []
+    with torch.no_grad():
+        head.log_probs(features)  # warm-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            head.log_probs(features)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def describe(name: str, head: Head) -> str:
+    if name == "class_based":
+        return f"K={head.num_classes}"
+    if name == "adaptive":
+        return f"cutoffs={head.adaptive.cutoffs[:-1]}, div={head.adaptive.div_value:g}"
+    if name == "importance_sampling":
+        return f"k={head.num_samples}"
+    return ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per measurement (default 10)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--rounds", type=int, default=2, help="repeat each measurement, keep the best (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    torch.manual_seed(0)
+    counts = zipf_counts(V)
+    unigram = torch.tensor(counts, dtype=torch.float)
+    targets = torch.multinomial(unigram, B * (args.warmup + args.steps), replacement=True).view(-1, B)  # [steps, B]
+    rows = {}
+    for name, make in head_constructors(counts).items():
+        torch.manual_seed(0)
+        head = make()
+        train = max(training_rate(head, targets, args.steps, args.warmup, adam=True) for _ in range(args.rounds))
+        fwd_bwd = max(training_rate(head, targets, args.steps, args.warmup, adam=False) for _ in range(args.rounds))
+        lp = log_probs_seconds(head, repeats=5)
+        params = sum(p.numel() for p in head.parameters())
+        rows[name] = (describe(name, head), params, train, fwd_bwd, lp)
+
+    print(f"Machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+          f"with {torch.get_num_threads()} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+    print(f"V={V:,}, F={F}, B={B}, Zipfian targets; {args.steps} timed steps after {args.warmup} warm-up, "
+          f"best of {args.rounds}")
+    print("| head | options | parameters | train ex/s (loss fwd+bwd + Adam) | vs softmax "
+          "| loss fwd+bwd ex/s | vs softmax | log_probs [B, V] ms | vs softmax |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    _, _, train0, fb0, lp0 = rows["softmax"]
+    for name, (options, params, train, fwd_bwd, lp) in rows.items():
+        print(f"| {name} | {options} | {params:,} | {train:,.0f} | {train / train0:.2f}x | {fwd_bwd:,.0f} | "
+              f"{fwd_bwd / fb0:.2f}x | {lp * 1e3:.1f} | {lp / lp0:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Adaptive softmax (Grave et al. 2017, "Efficient softmax approximation for GPUs"), wrapping
+`torch.nn.AdaptiveLogSoftmaxWithLoss`.
+
+Words are ranked by training count (descending, ties by id); `cutoffs` c_1 < ... < c_n split the ranks
+into a head shortlist [0, c_1) and tail clusters i = 1..n of ranks [c_i, c_{i+1}), c_{n+1} = V. With
+features f [F] and r(w) the rank of w:
+
+    P(w | ctx) = softmax(H f)[r(w)]                                          if r(w) < c_1
+    P(w | ctx) = softmax(H f)[c_1 + i - 1] * softmax(T_i P_i f)[r(w) - c_i]  if c_i <= r(w) < c_{i+1}
+
+H [c_1 + n, F] (no bias: torch's default `head_bias=False`), P_i [F // div_value^i, F] a projection and
+T_i [|cluster i|, F // div_value^i].
+
+Cost per training example: O((c_1 + n) F) for the head plus, for a target in cluster i,
+O(F d_i + d_i |cluster i|) with d_i = F // div_value^i. `log_probs` is the exact full distribution.
+
+`cutoffs: null` chooses [round(V/20), round(V/4)] (kept strictly increasing within [1, V-1]): the head
+holds the 5% most frequent words (most of the mass in a Zipfian vocabulary), the first cluster the next
+20%, the second the rest; V = 2 gets [1]. Works for any V >= 2.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from nplm.errors import UserError
+from nplm.heads.base import Head
+
+OPTIONS = ("cutoffs", "div_value")
+
+
+def auto_cutoffs(vocab_size: int) -> list[int]:
+    """[round(V/20), round(V/4)] forced strictly increasing inside [1, V-1]; [1] when V = 2."""
+    V = vocab_size
+    if V == 2:
+        return [1]
+    first = min(max(round(V / 20), 1), V - 2)
+    return [first, min(max(round(V / 4), first + 1), V - 1)]
+
+
+def check_options(cutoffs, div_value, feature_dim: int, vocab_size: int) -> list[int]:
+    """The cutoffs to use; a one-line UserError for a bad value."""
+    V = vocab_size
+    if V < 2:
+        raise UserError(f"head=adaptive needs a vocabulary of at least 2 words, got {V}")
+    if cutoffs is None:
+        cutoffs = auto_cutoffs(V)
+    hint = f"e.g. head.cutoffs={auto_cutoffs(V)} or null"
+    if isinstance(cutoffs, (str, bytes)) or not isinstance(cutoffs, Sequence) or not cutoffs:
+        raise UserError(f"head.cutoffs={cutoffs!r} must be a non-empty list of integers; {hint}")
+    cutoffs = list(cutoffs)
+    for c in cutoffs:
+        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= V - 1:
+            raise UserError(f"head.cutoffs={cutoffs} has {c!r}: each cutoff must be an integer from 1 to "
+                            f"V-1={V - 1}; {hint}")
+    if any(a >= b for a, b in zip(cutoffs, cutoffs[1:])):
+        raise UserError(f"head.cutoffs={cutoffs} must be strictly increasing; {hint}")
+    if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value > 0:
+        raise UserError(f"head.div_value={div_value!r} must be a number > 0; e.g. head.div_value=4.0")
+    for i in range(1, len(cutoffs) + 1):
+        if int(feature_dim // (div_value**i)) < 1:
+            raise UserError(f"head.div_value={div_value} leaves tail cluster {i} a 0-dimensional projection of the "
+                            f"{feature_dim} features; lower head.div_value or use fewer cutoffs")
+    return cutoffs
+
+
+class AdaptiveHead(Head):
+    def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], cutoffs: Sequence[int] | None = None,
+                 div_value: float = 4.0):
+        super().__init__()
+        cutoffs = check_options(cutoffs, div_value, feature_dim, vocab_size)
+        order = torch.argsort(torch.tensor(counts, dtype=torch.float64), descending=True, stable=True)  # rank -> id
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(vocab_size)
+        self.register_buffer("rank", rank)  # [V] word id -> frequency rank (the adaptive softmax's class)
+        self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(feature_dim, vocab_size, cutoffs, div_value=float(div_value))
+
+    def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return -self.adaptive(features, self.rank[target]).output  # [B]
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        return self.adaptive.log_prob(features).index_select(1, self.rank)  # [B, V] rank order -> word-id order
+
+    @classmethod
+    def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "AdaptiveHead":
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UserError(f"unknown option head.{unknown[0]} for head=adaptive; valid: {', '.join(OPTIONS)}")
+        if counts is None or len(counts) != vocab_size:
+            raise UserError(f"head=adaptive needs training unigram counts for all {vocab_size} words, "
+                            f"got {None if counts is None else len(counts)}")
+        return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0))

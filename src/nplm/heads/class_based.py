@@ -1,0 +1,142 @@
+"""Class-based output layer: P(w | ctx) = P(c(w) | ctx) P(w | c(w), ctx) (Goodman 2001, "Classes for
+fast maximum entropy training"; Mikolov et al. 2011, "Extensions of recurrent neural network language
+model").
+
+With features f [F], class scores s = A f + a [K] and word scores y = W f + b [V]:
+
+    P(w | ctx) = softmax(s)[c(w)] * exp(y_w) / sum_{w' in c(w)} exp(y_w')
+
+Classes are Mikolov's frequency bins: the words sorted by training count (descending, ties by id) and
+cut into `num_classes` consecutive bins holding about equal unigram mass, every bin non-empty; the
+default K = round(sqrt(V)) is Mikolov's choice. The rows of W are stored class by class, so a class
+is a contiguous block of W.
+
+Cost: `nll` (training and evaluation) is O((K + |c(w)|) F) per example, computing only the target
+class's block of word scores (examples grouped by class, one matmul per class present in the batch);
+the weight gradient is dense ([V, F], like every head's), written once per batch. `log_probs` is the
+exact full distribution, O(V F).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from nplm.errors import UserError
+from nplm.heads.base import Head
+from nplm.heads.softmax import SoftmaxNLL
+
+OPTIONS = ("num_classes",)
+
+
+def frequency_bins(counts: Sequence[int], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order [V]: word ids by descending count, ties by id; class_of_rank [V]: each rank's class).
+
+    A word's class is floor(K * (mass of the more frequent words) / total mass), kept non-decreasing,
+    rising by at most one per word (so no class is empty, as in Mikolov's rnnlm binning) and high
+    enough that the remaining words fill the remaining classes. All-zero counts bin by id."""
+    V, K = len(counts), num_classes
+    c = torch.tensor(counts, dtype=torch.float64)  # [V]
+    order = torch.argsort(c, descending=True, stable=True)  # [V] rank -> word id
+    mass = c[order] if c.sum() > 0 else torch.ones(V, dtype=torch.float64)  # [V] by rank
+    before = (torch.cumsum(mass, 0) - mass) / mass.sum()  # [V] mass of the more frequent words
+    wanted = (before * K).floor().clamp(max=K - 1).long().tolist()
+    classes, a = [], 0
+    for r, w in enumerate(wanted):
+        a = max(min(max(w, a), a + 1), K - (V - r))
+        classes.append(a)
+    return order, torch.tensor(classes, dtype=torch.long)
+
+
+class WithinClassNLL(torch.autograd.Function):
+    """-log P(w | c(w), ctx) [B]: a softmax over the target class's block of word scores only.
+
+    `weight` [V, F] and `bias` [V] are in class-sorted order; `position` [B] is each target's row in
+    them; `klass` [B] its class; `bounds` (K + 1 ints) the classes' row ranges. Examples are grouped by
+    class and each group is one matmul against its block, so no [B, V] or [B, max class, F] tensor is
+    ever made; backward is dL/dy = softmax - onehot within the block, written into the dense gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, features, weight, bias, position, klass, bounds):
+        order = torch.argsort(klass)  # [B] examples grouped by class
+        present, sizes = torch.unique_consecutive(klass[order], return_counts=True)
+        nll = features.new_empty(features.shape[0])  # [B]
+        blocks = []
+        for k, rows in zip(present.tolist(), order.split(sizes.tolist())):
+            lo, hi = bounds[k], bounds[k + 1]
+            scores = torch.addmm(bias[lo:hi], features[rows], weight[lo:hi].t())  # [n, |c|]
+            log_p = torch.log_softmax(scores, dim=-1)  # [n, |c|]
+            local = (position[rows] - lo)[:, None]  # [n, 1] target's column in its block
+            nll[rows] = -log_p.gather(1, local).squeeze(1)
+            blocks.append((lo, hi, rows, local, log_p))
+        ctx.blocks = blocks
+        ctx.save_for_backward(features, weight)
+        return nll
+
+    @staticmethod
+    def backward(ctx, grad_nll):
+        features, weight = ctx.saved_tensors
+        grad_f = torch.zeros_like(features)  # [B, F]
+        grad_w = torch.zeros_like(weight)  # [V, F]
+        grad_b = weight.new_zeros(weight.shape[0])  # [V]
+        for lo, hi, rows, local, log_p in ctx.blocks:
+            g = log_p.exp()  # [n, |c|] softmax within the block (not in place: backward may run twice)
+            g.scatter_add_(1, local, torch.full_like(local, -1, dtype=g.dtype))
+            g.mul_(grad_nll[rows, None])
+            grad_f[rows] = g @ weight[lo:hi]  # [n, F]
+            grad_w[lo:hi] = g.t() @ features[rows]  # [|c|, F]: each class's rows are written once
+            grad_b[lo:hi] = g.sum(0)
+        return grad_f, grad_w, grad_b, None, None, None
+
+
+class ClassBasedHead(Head):
+    def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_classes: int | None = None):
+        super().__init__()
+        K = round(math.sqrt(vocab_size)) if num_classes is None else num_classes
+        order, class_of_rank = frequency_bins(counts, K)
+        # class-sorted layout: classes are runs of ranks, so rank order is already grouped by class
+        position = torch.empty_like(order)
+        position[order] = torch.arange(vocab_size)
+        self.num_classes = K
+        self.register_buffer("word_at", order)  # [V] row of `word_out` -> word id
+        self.register_buffer("position", position)  # [V] word id -> row of `word_out`
+        self.register_buffer("class_of_row", class_of_rank)  # [V] row -> class (non-decreasing)
+        self.register_buffer("class_of", class_of_rank[position])  # [V] word id -> class
+        bounds = torch.searchsorted(class_of_rank, torch.arange(K + 1))  # [K + 1] first row of each class
+        self.register_buffer("bounds", bounds)
+        self.class_out = nn.Linear(feature_dim, K)  # A [K, F], a [K]
+        self.word_out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V], rows class by class
+
+    def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        klass = self.class_of[target]  # [B]
+        class_nll = SoftmaxNLL.apply(self.class_out(features), klass)  # [B] -log P(c | ctx)
+        word_nll = WithinClassNLL.apply(features, self.word_out.weight, self.word_out.bias,
+                                        self.position[target], klass, self.bounds.tolist())  # [B]
+        return class_nll + word_nll
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        y = self.word_out(features)  # [B, V] word scores, class-sorted
+        log_pc = torch.log_softmax(self.class_out(features), dim=-1)  # [B, K] log P(c | ctx)
+        bounds = self.bounds.tolist()
+        blocks = [torch.log_softmax(y[:, lo:hi], dim=-1) + log_pc[:, k, None]  # [B, |c|] log P(w | ctx)
+                  for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
+        return torch.cat(blocks, 1).index_select(1, self.position)  # [B, V] in word-id order
+
+    @classmethod
+    def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "ClassBasedHead":
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UserError(f"unknown option head.{unknown[0]} for head=class_based; valid: {', '.join(OPTIONS)}")
+        if counts is None or len(counts) != vocab_size:
+            raise UserError(f"head=class_based needs training unigram counts for all {vocab_size} words, "
+                            f"got {None if counts is None else len(counts)}")
+        K = options.get("num_classes")
+        if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= vocab_size):
+            raise UserError(f"head.num_classes={K!r} must be an integer from 1 to the vocabulary size "
+                            f"{vocab_size}; e.g. head.num_classes={round(math.sqrt(vocab_size))} (about sqrt(V)), "
+                            f"or null for that default")
+        return cls(feature_dim, vocab_size, counts, K)

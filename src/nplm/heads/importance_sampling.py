@@ -1,0 +1,97 @@
+"""Importance-sampled softmax for training (Bengio & Senecal 2003, "Quick training of probabilistic
+neural nets by importance sampling"; 2008, IEEE TNN 19(4), "Adaptive importance sampling to accelerate
+training of a neural probabilistic language model"), with the full softmax for evaluation.
+
+The model is the full softmax's, y = W f + b [V] and P(w | ctx) = exp(y_w) / Z. The NLL's gradient
+-dy_t + sum_w P(w | ctx) dy_w needs all V scores; the second term is estimated instead from k words
+S = (s_1..s_k) drawn with replacement from a proposal Q (shared by the batch), with the biased
+(self-normalised) importance weights of the papers. With corrected scores z_w = y_w - log(k Q(w)):
+
+    loss(t) = logsumexp({z_t} u {z_s : s in S}) - y_t
+
+i.e. the sampled-softmax cross-entropy over {target} u samples with corrected logits, minus the
+constant log(k Q(t)) so that its value estimates the NLL: sum_s exp(z_s) = (1/k) sum_s exp(y_s) / Q(s)
+is an unbiased estimate of Z, and the target's own term exp(y_t) / (k Q(t)) vanishes as k grows, so the
+loss tends to -y_t + log Z. Its gradient is -dy_t + sum_{j in {t} u S} softmax(z)_j dy_j. Samples
+equal to the target are kept (they are part of the estimate of Z).
+
+Q(w) is proportional to (count(w) + 1)^proposal_power: add-one smoothing keeps every Q(w) > 0;
+power 1 is the unigram proposal of the 2003 paper, 0 is uniform. Samples come from torch's global RNG.
+
+Cost: training O((k + 1) F) per example plus O(V) per batch to draw the samples; `nll` and
+`log_probs` are the exact full softmax, O(V F), so evaluation perplexity is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from nplm.errors import UserError
+from nplm.heads.base import Head
+from nplm.heads.softmax import SoftmaxNLL
+
+OPTIONS = ("num_samples", "proposal_power")
+
+
+class ImportanceSamplingHead(Head):
+    exact_training_loss = False
+
+    def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_samples: int = 100,
+                 proposal_power: float = 1.0):
+        super().__init__()
+        self.num_samples = num_samples
+        q = (torch.tensor(counts, dtype=torch.float64) + 1.0) ** proposal_power  # [V]
+        q = q / q.sum()
+        self.register_buffer("proposal", q.float())  # [V] Q(w)
+        self.out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V]: the same layout as the softmax head
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self.out(features)  # [B, V]
+
+    def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return SoftmaxNLL.apply(self.logits(features), target)  # [B] exact
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.logits(features), dim=-1)  # [B, V] exact
+
+    def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The sampled estimate of the NLL in training mode; the exact NLL in evaluation mode."""
+        if not self.training:
+            return self.nll(features, target)
+        return self.sampled_loss(features, target, self.sample())
+
+    def sample(self) -> torch.Tensor:
+        """k word ids drawn with replacement from Q: [k]."""
+        return torch.multinomial(self.proposal, self.num_samples, replacement=True)
+
+    def sampled_loss(self, features: torch.Tensor, target: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+        B = target.shape[0]
+        rows = torch.cat([target, samples])  # [B + k] one gather, so one scatter in backward
+        w, b = self.out.weight[rows], self.out.bias[rows]  # [B + k, F], [B + k]
+        y_t = (features * w[:B]).sum(-1) + b[:B]  # [B] target scores
+        y_s = torch.addmm(b[B:], features, w[B:].t())  # [B, k] sample scores
+        log_kq = (self.num_samples * self.proposal[rows]).log().to(y_s.dtype)  # [B + k] log(k Q(w))
+        z = torch.cat([(y_t - log_kq[:B])[:, None], y_s - log_kq[B:]], dim=1)  # [B, 1 + k] corrected scores
+        return torch.logsumexp(z, dim=1) - y_t  # [B]
+
+    @classmethod
+    def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts,
+                    tree=None) -> "ImportanceSamplingHead":
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UserError(f"unknown option head.{unknown[0]} for head=importance_sampling; "
+                            f"valid: {', '.join(OPTIONS)}")
+        if counts is None or len(counts) != vocab_size:
+            raise UserError(f"head=importance_sampling needs training unigram counts for all {vocab_size} words, "
+                            f"got {None if counts is None else len(counts)}")
+        k = options.get("num_samples", 100)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise UserError(f"head.num_samples={k!r} must be a positive integer; e.g. head.num_samples=100")
+        power = options.get("proposal_power", 1.0)
+        if isinstance(power, bool) or not isinstance(power, (int, float)) or not power >= 0:
+            raise UserError(f"head.proposal_power={power!r} must be a number >= 0 (1: unigram proposal, "
+                            f"0: uniform); e.g. head.proposal_power=1.0")
+        return cls(feature_dim, vocab_size, counts, k, float(power))
