@@ -96,3 +96,13 @@ def test_tree_with_a_head_that_uses_none_warns(run_train, caplog):
 
     run_train(*TOY_FAST, "tree=balanced")
     assert "tree=balanced has no effect with head=softmax, which uses no tree" in caplog.text
+
+
+def test_learned_tree_trains_in_two_phases_from_one_command(run_train, tmp_path):
+    run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2", "trainer.max_epochs=3")
+    run = tmp_path / "run"
+    phase1 = __import__("json").loads((run / "bootstrap" / "metrics.json").read_text())
+    assert phase1["status"] == "finished" and phase1["epochs"] == 2 and phase1["tree"]["kind"] == "random"
+    tree = Tree.load(run / "tree.json")
+    assert tree.kind == "learned" and len(tree.children) == 41
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["nplm"]["tree"]["kind"] == "learned"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 import sys
@@ -89,8 +90,6 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
         tree = Tree.load(tree_cfg["path"])
         tree.check_vocabulary(dm.vocab.tokens)
         return tree
-    for key in ("bootstrap", "bootstrap_epochs"):  # the learned tree's first phase, not builder options
-        tree_cfg.pop(key, None)
     start = time.perf_counter()
     ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
     tree = build_tree(tree_cfg, ctx)
@@ -137,9 +136,23 @@ def train(cfg: DictConfig) -> dict:
         raise
 
 
-def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None) -> dict:
+def _threads(cfg: DictConfig) -> int | None:
+    """`threads`, or under the parallel (joblib) launcher each job's share of the cores."""
     if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
+        return int(cfg.threads)
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        launcher = HydraConfig.get().launcher
+        if "joblib" in str(launcher.get("_target_", "")):
+            return max(1, (os.cpu_count() or 1) // max(1, int(launcher.get("n_jobs") or 1)))
+    return None
+
+
+def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None) -> dict:
+    threads = _threads(cfg)
+    if threads:
+        torch.set_num_threads(threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,

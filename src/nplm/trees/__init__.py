@@ -38,8 +38,12 @@ class TreeContext:
     embeddings: torch.Tensor | None = None  # [V, m]
 
 
+# Options of the training procedure around a builder (the learned tree's first phase), not of the builder.
+PHASE_OPTIONS = ("bootstrap", "bootstrap_epochs")
+
+
 def build_tree(cfg: dict, ctx: TreeContext) -> Tree:
-    cfg = dict(cfg)
+    cfg = {k: v for k, v in cfg.items() if k not in PHASE_OPTIONS}
     name = cfg.pop("name", None)
     if name not in BUILDERS:
         raise UserError(f"tree={name!r} is not one of: {', '.join(BUILDERS)}")

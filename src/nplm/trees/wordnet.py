@@ -1,0 +1,161 @@
+"""`tree=wordnet`: the WordNet IS-A hierarchy, binarised by 2-means (Morin & Bengio 2005, section 4).
+
+Morin & Bengio, "Hierarchical Probabilistic Neural Network Language Model" (AISTATS 2005), build
+their tree from prior knowledge: each word takes one sense (here WordNet's first synset, its most
+frequent sense) and hangs under that synset's hypernym path from the root of the IS-A taxonomy;
+a node with more than two children is made binary by recursive 2-means on word vectors, a synset
+with one child is skipped. Specifics of this implementation:
+
+- A synset with several hypernyms uses the first (NLTK's order), so every synset has one path;
+  instance hypernyms count (proper nouns); the noun, verb, adjective and adverb roots meet under
+  one virtual root.
+- A child of a synset is represented by the mean vector of the words under it.
+- Words without a synset (function words, punctuation, names WordNet lacks, `<unk>`) are placed by
+  `unplaced=nearest`: next to the placed word with the most similar vector (cosine), i.e. as one
+  more child of that word's synset; or `unplaced=subtree`: a 2-means subtree of their own, one
+  child of the root.
+- Word vectors: `ctx.embeddings` when given (a trained model's), else a truncated SVD of PPMI
+  left/right co-occurrence counts of the training split (`cooccurrence.context_vectors`), so the
+  tree needs no first training run.
+
+`tree_from_hypernyms` is the whole construction given the paths; `hypernym_paths` is the NLTK lookup.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from nplm.errors import UserError
+from nplm.trees.assemble import from_splits
+from nplm.trees.clustering import TwoMeansSplit
+from nplm.trees.cooccurrence import context_vectors
+from nplm.trees.tree import Tree
+
+UNPLACED = ("nearest", "subtree")
+
+
+def tree_from_hypernyms(paths: dict[int, Sequence[str]], vectors: np.ndarray, unplaced: str = "nearest",
+                        seed: int = 0, iterations: int = 20) -> Tree:
+    """The tree over words 0..V-1 (V = len(vectors) [V, m]) where word w hangs under the synset path
+    `paths[w]` (root first, its own synset last); words missing from `paths` are placed per `unplaced`."""
+    if unplaced not in UNPLACED:
+        raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
+    vectors = np.asarray(vectors, dtype=np.float64)
+    V = len(vectors)
+    # the IS-A trie: node 0 is the virtual root, every other node a synset
+    parent, kids, words = [-1], [dict()], [[]]  # per node: parent, {synset: child node}, words here
+    node_of = {}
+    for w in sorted(paths):
+        node = 0
+        for synset in paths[w]:
+            if synset not in kids[node]:
+                kids[node][synset] = len(parent)
+                parent.append(node)
+                kids.append({})
+                words.append([])
+            node = kids[node][synset]
+        words[node].append(w)
+        node_of[w] = node
+    missing = [w for w in range(V) if w not in node_of]
+    top = 0
+    if missing and not node_of:  # no word has a synset: plain 2-means
+        words[0] = missing
+    elif missing and unplaced == "subtree":
+        group, top = len(parent), len(parent) + 1  # a new root over (WordNet trie, words without synset)
+        parent += [top, -1]
+        kids += [{}, {"<wordnet>": 0, "<unplaced>": group}]
+        words += [missing, []]
+        parent[0] = top
+    elif missing:
+        placed = np.array(sorted(node_of))
+        unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)  # [V, m]
+        for lo in range(0, len(missing), 1024):
+            chunk = missing[lo: lo + 1024]
+            nearest = placed[np.argmax(unit[chunk] @ unit[placed].T, axis=1)]  # [chunk] most similar placed
+            for w, p in zip(chunk, nearest):
+                words[node_of[int(p)]].append(w)
+    # item codes: words 0..V-1, trie node g is V + g; a node's vector is the mean of its words'
+    G = len(parent)
+    sums, sizes = np.zeros((G, vectors.shape[1])), np.zeros(G)
+    for g in range(G):
+        sums[g] = vectors[words[g]].sum(0)
+        sizes[g] = len(words[g])
+    for g in sorted(range(G), key=lambda g: -_depth(parent, g)):  # children before their parents
+        if parent[g] >= 0:
+            sums[parent[g]] += sums[g]
+            sizes[parent[g]] += sizes[g]
+    items = np.concatenate([vectors, sums / np.maximum(sizes, 1)[:, None]])  # [V + G, m]
+
+    def expand(item: int) -> list[int]:
+        g = item - V
+        return [V + c for c in kids[g].values()] + words[g]
+
+    return from_splits(expand(V + top), V, TwoMeansSplit(items, seed, iterations), expand)
+
+
+def _depth(parent: list[int], g: int) -> int:
+    d = 0
+    while parent[g] >= 0:
+        g, d = parent[g], d + 1
+    return d
+
+
+def open_wordnet(nltk_data: str | None, download_dir: str, download: bool):
+    """NLTK's WordNet reader, or a one-line UserError saying how to install WordNet."""
+    from nplm.data.sources import nltk_corpus_root
+
+    try:
+        pointer, _ = nltk_corpus_root("wordnet", nltk_data, download_dir, download)
+    except UserError:
+        raise UserError("tree=wordnet needs NLTK's WordNet, which is not installed: set NLTK_DATA=/dir/with/"
+                        "corpora/wordnet.zip (or tree.nltk_data=...), run `python -m nltk.downloader wordnet`, "
+                        "or set tree.download=true") from None
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "multilingual functions are not available": not needed
+        return WordNetCorpusReader(pointer, None)
+
+
+def hypernym_paths(tokens: Sequence[str], wn) -> dict[int, list[str]]:
+    """{word id: synset names from the root to its first synset} for the tokens WordNet knows."""
+    paths = {}
+    for w, token in enumerate(tokens):
+        try:
+            synsets = wn.synsets(token)
+        except Exception:  # odd tokens (e.g. bare punctuation) can trip NLTK's morphology
+            synsets = []
+        if not synsets:
+            continue
+        s, path = synsets[0], [synsets[0]]
+        while True:
+            up = s.hypernyms() + s.instance_hypernyms()
+            if not up:
+                break
+            s = up[0]
+            path.append(s)
+        paths[w] = [x.name() for x in reversed(path)]
+    return paths
+
+
+def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download: bool = False,
+          dim: int = 50, contexts: int = 2000, iterations: int = 20, seed: int | None = None) -> Tree:
+    """`unplaced`: nearest | subtree, where words without a synset go; `nltk_data`: a folder holding
+    corpora/wordnet(.zip); `download`: fetch WordNet if missing; `dim`, `contexts`: the co-occurrence
+    vectors' size and context words (unused with ctx.embeddings); `iterations`: Lloyd iterations per
+    split; `seed`: the splits' seed (null: ctx.seed)."""
+    if unplaced not in UNPLACED:
+        raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
+    seed = ctx.seed if seed is None else seed
+    wn = open_wordnet(nltk_data, str(Path(ctx.data_dir) / "nltk_data"), download)
+    paths = hypernym_paths(ctx.vocab.tokens, wn)
+    V = len(ctx.vocab.tokens)
+    if ctx.embeddings is not None:
+        vectors = ctx.embeddings.detach().double().cpu().numpy()  # [V, m]
+    else:
+        vectors = context_vectors(ctx.train_ids, V, dim, contexts, seed)  # [V, dim]
+    return tree_from_hypernyms(paths, vectors, unplaced, seed, iterations)

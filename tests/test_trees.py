@@ -1,0 +1,241 @@
+"""Tree builders (config group `tree`): validity, persistence, and what each builder promises."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from nplm.data.vocabulary import Vocabulary
+from nplm.errors import UserError
+from nplm.trees import Tree, TreeContext, build_tree
+from nplm.trees.assemble import from_merges
+from nplm.trees.brown import build as brown
+from nplm.trees.clustering import cluster_tree
+from nplm.trees.huffman import build as huffman
+from nplm.trees.learned import build as learned
+from nplm.trees.random_tree import build as random_tree
+from nplm.trees.wordnet import hypernym_paths, open_wordnet, tree_from_hypernyms
+
+CONF_TREE = Path(__file__).resolve().parents[1] / "conf" / "tree"
+A, B = list(range(6)), list(range(6, 12))  # two word families that never share a sentence
+UNSEEN = 12  # a vocabulary word with training count 0
+
+
+def two_languages(sentences: int = 120, length: int = 20, seed: int = 0) -> torch.Tensor:
+    """[N] ids: sentences drawn uniformly from family A or family B, so bigrams stay within a family."""
+    rng = np.random.default_rng(seed)
+    out = [rng.choice(A if rng.random() < 0.5 else B, size=length) for _ in range(sentences)]
+    return torch.from_numpy(np.concatenate(out)).long()
+
+
+def make_ctx(ids: torch.Tensor, V: int, embeddings=None, seed: int = 0) -> TreeContext:
+    counts = torch.bincount(ids, minlength=V).tolist()
+    vocab = Vocabulary([f"w{i}" for i in range(V)], counts, unk=None)
+    return TreeContext(vocab, ids, counts, seed=seed, embeddings=embeddings)
+
+
+def family_vectors(V: int = 13, seed: int = 0) -> torch.Tensor:
+    """[V, 8]: family A near +10, family B near -10 (well separated), the rest near 0."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(V, 8, generator=g, dtype=torch.float64)
+    x[A] += 10.0
+    x[B] -= 10.0
+    return x
+
+
+def leaves(tree: Tree, node: int) -> set[int]:
+    out, stack = set(), [node]
+    while stack:
+        for c in tree.children[stack.pop()]:
+            if c >= 0:
+                stack.append(c)
+            else:
+                out.add(-1 - c)
+    return out
+
+
+def distance(tree: Tree, u: int, v: int) -> int:
+    """Edges between the leaves u and v."""
+    nodes, _, lengths = tree.paths()
+    pu, pv = nodes[u, : lengths[u]].tolist(), nodes[v, : lengths[v]].tolist()
+    shared = next((i for i, (x, y) in enumerate(zip(pu, pv)) if x != y), min(len(pu), len(pv)))
+    return len(pu) + len(pv) - 2 * shared + 2
+
+
+def root_split(tree: Tree, words: set[int]) -> list[set[int]]:
+    """The words of `words` under the root's left and right child."""
+    return [({-1 - c} if c < 0 else leaves(tree, c)) & words for c in tree.children[0]]
+
+
+# -- a miniature WordNet database, read by NLTK's real reader -----------------------------------------
+def make_wordnet(root: Path) -> Path:
+    """corpora/wordnet in WordNet 3.0's own file format (wndb(5WN)), 7 noun synsets; returns the
+    nltk_data dir. Synset ids are byte offsets into data.noun."""
+    wn = root / "nltk_data" / "corpora" / "wordnet"
+    wn.mkdir(parents=True)
+    header = "  1 This software and database is being provided. WordNet 3.0 Copyright 2006 by Princeton University.\n"
+    synsets = [("entity", None), ("organism", "entity"), ("animal", "organism"), ("plant", "organism"),
+               ("dog", "animal"), ("cat", "animal"), ("oak", "plant")]
+    offsets, offset = {}, len(header)
+    for word, up in synsets:
+        offsets[word] = offset
+        offset += len(f"{0:08d} 03 n 01 {word} 0 000 | x\n") + (len(f" @ {0:08d} n 0000") if up else 0)
+    (wn / "data.noun").write_text(header + "".join(
+        f"{offsets[w]:08d} 03 n 01 {w} 0 {f'001 @ {offsets[up]:08d} n 0000' if up else '000'} | x\n"
+        for w, up in synsets))
+    (wn / "index.noun").write_text(header + "".join(
+        f"{w} n 1 {1 if up else 0} {'@ ' if up else ''}1 0 {offsets[w]:08d}\n" for w, up in sorted(synsets)))
+    for pos in ("adj", "adv", "verb"):
+        (wn / f"data.{pos}").write_text(header)
+        (wn / f"index.{pos}").write_text(header)
+    for name in ("adj.exc", "adv.exc", "noun.exc", "verb.exc", "index.sense", "cntlist.rev"):
+        (wn / name).write_text("")
+    (wn / "lexnames").write_text("00\tadj.all\t3\n01\tadj.pert\t3\n02\tadv.all\t4\n03\tnoun.Tops\t1\n")
+    return root / "nltk_data"
+
+
+@pytest.fixture
+def nltk_path(monkeypatch):
+    """Restore nltk.data.path after the test (the corpus lookup prepends the places it searched)."""
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
+    return nltk.data
+
+
+PATHS = {0: ["entity", "organism", "animal", "dog"], 1: ["entity", "organism", "animal", "cat"],
+         2: ["entity", "organism", "animal", "horse"], 3: ["entity", "organism", "plant", "oak"],
+         4: ["entity", "organism", "plant", "pine"], 5: ["entity", "artifact", "vehicle", "car"],
+         6: ["entity", "artifact", "vehicle", "truck"]}  # zorp (7) and the (8) have no synset
+
+
+# -- every builder -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["balanced", "random", "huffman", "brown", "wordnet", "learned"])
+def test_every_builder_from_its_config_gives_a_valid_tree_that_survives_json(name, tmp_path, nltk_path):
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF_TREE / f"{name}.yaml"))
+    assert cfg["name"] == name
+    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
+    if name == "wordnet":  # the real NLTK reader on a miniature WordNet, co-occurrence vectors
+        cfg["nltk_data"] = str(make_wordnet(tmp_path))
+        ctx.vocab.tokens[:4], ctx.embeddings = ["dog", "cat", "oak", "dogs"], None
+    tree = build_tree(cfg, ctx)
+    assert ctx.counts[UNSEEN] == 0 and tree.kind == name and len(tree.children) == 12
+    assert sorted(-1 - c for pair in tree.children for c in pair if c < 0) == list(range(13))
+    again = Tree.from_dict(json.loads(json.dumps(tree.to_dict())))
+    assert again.children == tree.children and again.fingerprint == tree.fingerprint and again.kind == name
+
+
+def test_deep_trees_are_assembled_without_recursion():
+    V = 2000  # a caterpillar: depth V - 1, far past Python's recursion limit
+    merges = [(0, 1)] + [(V + k, k + 2) for k in range(V - 2)]
+    tree = from_merges(merges, V)
+    assert tree.stats()["max_depth"] == V - 1
+    assert tree.paths()[2][0] == V - 1
+
+
+# -- huffman -----------------------------------------------------------------------------------------
+def test_huffman_code_lengths_are_optimal_and_within_one_bit_of_the_entropy():
+    ctx = make_ctx(torch.tensor([0] + [1] + [2] * 2 + [3] * 4), 4)
+    assert huffman(ctx).paths()[2].tolist() == [3, 3, 2, 1]
+    counts = (1000 / np.arange(1, 301) ** 1.3).astype(int)  # Zipf-like, with count-0 words at the tail
+    ids = torch.from_numpy(np.repeat(np.arange(300), counts))
+    ctx = make_ctx(ids, 300)
+    stats = huffman(ctx).stats(ctx.counts)
+    H, L = stats["unigram_entropy_bits"], stats["expected_code_length_bits"]
+    assert (counts == 0).sum() > 0 and H <= L < H + 1
+    assert huffman(ctx).children == huffman(ctx).children
+
+
+# -- random ------------------------------------------------------------------------------------------
+def test_random_tree_is_balanced_reproducible_by_seed_and_differs_across_seeds():
+    ctx = make_ctx(torch.arange(100), 100, seed=3)
+    t3 = random_tree(ctx)
+    assert t3.children == random_tree(ctx, seed=3).children
+    assert t3.children != random_tree(ctx, seed=4).children
+    assert t3.stats()["max_depth"] == math.ceil(math.log2(100))
+
+
+# -- brown -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("num_classes", [2, 4, 1000])  # exchange + merging; exact Brown merging (C >= V)
+def test_brown_puts_word_families_with_disjoint_contexts_under_different_root_children(num_classes):
+    ctx = make_ctx(two_languages(), 13)
+    tree = brown(ctx, num_classes=num_classes)
+    assert sorted(root_split(tree, set(A + B)), key=min) == [set(A), set(B)]
+
+
+def test_brown_rejects_bad_options():
+    ctx = make_ctx(two_languages(), 13)
+    with pytest.raises(UserError, match=r"tree.num_classes=1 must be at least 2"):
+        brown(ctx, num_classes=1)
+    with pytest.raises(UserError, match=r"tree.within='alphabetical' is not one of: huffman, balanced"):
+        brown(ctx, within="alphabetical")
+
+
+# -- wordnet -----------------------------------------------------------------------------------------
+def wordnet_vectors() -> np.ndarray:
+    """[9, 4]: zorp right next to dog, 'the' far from everything."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(9, 4))
+    x[7] = x[0] + 0.01
+    return x
+
+
+def test_wordnet_tree_keeps_is_a_siblings_together_and_places_a_word_without_synset_by_its_vector():
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="nearest")
+    dog, cat, oak, car, zorp = 0, 1, 3, 5, 7
+    assert distance(tree, dog, cat) < distance(tree, dog, oak) < distance(tree, dog, car)
+    assert distance(tree, zorp, cat) < distance(tree, zorp, oak) < distance(tree, zorp, car)
+    assert sorted(root_split(tree, set(range(7))), key=min) == [{0, 1, 2, 3, 4}, {5, 6}]
+
+
+def test_wordnet_subtree_mode_gives_words_without_synset_their_own_root_child():
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree")
+    assert sorted(root_split(tree, set(range(9))), key=min) == [set(range(7)), {7, 8}]
+    with pytest.raises(UserError, match=r"tree.unplaced='closest' is not one of: nearest, subtree"):
+        tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="closest")
+
+
+def test_wordnet_lookup_takes_the_first_synset_and_its_hypernym_path_from_the_root(tmp_path, nltk_path):
+    wn = open_wordnet(str(make_wordnet(tmp_path)), str(tmp_path / "downloads"), False)
+    paths = hypernym_paths(["dog", "Dogs", "cat", "oak", "zorp", "the", "."], wn)
+    dog = ["entity.n.01", "organism.n.01", "animal.n.01", "dog.n.01"]
+    assert paths == {0: dog, 1: dog, 2: dog[:3] + ["cat.n.01"], 3: dog[:2] + ["plant.n.01", "oak.n.01"]}
+
+
+def test_missing_wordnet_is_a_one_line_error_saying_how_to_install_it(tmp_path, monkeypatch, nltk_path):
+    nltk_path.path[:] = [str(tmp_path)]
+    monkeypatch.setenv("NLTK_DATA", str(tmp_path))
+    ctx = make_ctx(two_languages(), 13)
+    ctx.data_dir = str(tmp_path)
+    with pytest.raises(UserError, match=r"python -m nltk.downloader wordnet") as err:
+        build_tree({"name": "wordnet"}, ctx)
+    assert "NLTK_DATA" in str(err.value) and "\n" not in str(err.value)
+
+
+# -- learned / clustering ----------------------------------------------------------------------------
+def test_learned_tree_splits_two_separated_groups_of_vectors_at_the_root():
+    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
+    for balanced in (False, True):
+        left, right = sorted(root_split(learned(ctx, balanced=balanced), set(A + B)), key=min)
+        assert (left, right) == (set(A), set(B))
+    assert learned(ctx, balanced=True).stats()["max_depth"] == math.ceil(math.log2(13))
+
+
+def test_learned_tree_needs_vectors_of_the_right_shape():
+    ctx = make_ctx(two_languages(), 13)
+    with pytest.raises(UserError, match=r"tree=learned needs word vectors from a first training phase"):
+        learned(ctx)
+    ctx.embeddings = torch.zeros(5, 8)
+    with pytest.raises(UserError, match=r"shape \(5, 8\); it needs \[13, m\]"):
+        learned(ctx)
+
+
+def test_identical_vectors_fall_back_to_halves():
+    tree = cluster_tree(np.ones((37, 3)))
+    assert tree.stats()["max_depth"] == math.ceil(math.log2(37))
