@@ -75,11 +75,13 @@ class LanguageModel(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         seconds = time.perf_counter() - self._epoch_start
-        self.log(self.train_ppl_name, self.train_ppl.compute())
+        # Metric values are already reduced over processes (torchmetrics); sync_dist only quiets Lightning.
+        self.log(self.train_ppl_name, self.train_ppl.compute(), sync_dist=True)
         self.train_ppl.reset()
-        self.log("train/tokens_per_s", self._epoch_tokens / max(seconds, 1e-9))
-        self.log("train/epoch_time_s", seconds)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        tokens = self._epoch_tokens * self.trainer.world_size  # every rank trains as many batches
+        self.log("train/tokens_per_s", tokens / max(seconds, 1e-9), sync_dist=True)
+        self.log("train/epoch_time_s", seconds, sync_dist=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)
 
     # -- evaluation ------------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
@@ -90,14 +92,14 @@ class LanguageModel(pl.LightningModule):
         self.val_ppl.reset()
         if not self.trainer.sanity_checking:
             self.best_val_ppl = min(self.best_val_ppl, ppl)
-        self.log("val/ppl", ppl, prog_bar=True)
-        self.log("val/ppl_best", self.best_val_ppl)
+        self.log("val/ppl", ppl, prog_bar=True, sync_dist=True)
+        self.log("val/ppl_best", self.best_val_ppl, sync_dist=True)
 
     def test_step(self, batch, batch_idx):
         self.test_ppl.update(self.nll(*batch))
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/ppl", self.test_ppl.compute().item())
+        self.log("test/ppl", self.test_ppl.compute().item(), sync_dist=True)
         self.test_ppl.reset()
 
     def configure_optimizers(self):

@@ -25,8 +25,10 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.errors import UserError
+from nplm.runs import job_overrides
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 class RunRecord:
-    """Owns `metrics.json` and `config.yaml` of one run directory."""
+    """Owns `metrics.json` and `config.yaml` of one run directory (written by rank 0 only)."""
 
     def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str],
                  overrides: list[str]):
@@ -82,11 +84,15 @@ class RunRecord:
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
             "metrics": {},
         }
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        self.enabled = rank_zero_only.rank == 0
+        if self.enabled:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         self.save()
 
     def save(self) -> None:
+        if not self.enabled:
+            return
         self.data["wall_time_s"] = round(time.time() - self.started, 3)
         write_json(self.out_dir / "metrics.json", self.data)
 
@@ -183,7 +189,8 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
 
         loggers.append(WandbLogger(
             project=wb.project, entity=wb.get("entity"), name=run_name, group=group,
-            job_type=wb.get("job_type"), tags=list(wb.get("tags") or []), save_dir=str(out_dir),
+            job_type=wb.get("job_type"), tags=[*(wb.get("tags") or []), *(o[:64] for o in job_overrides())],
+            save_dir=str(out_dir),
             mode=mode, config=OmegaConf.to_container(cfg, resolve=True),
             settings=wandb.Settings(init_timeout=90, console="off"),
         ))

@@ -169,7 +169,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [])
-    if tree is not None:
+    if tree is not None and record.enabled:
         tree.save(out_dir / "tree.json")
         record.data["tree"] = tree.stats(dm.vocab.counts)
         record.save()

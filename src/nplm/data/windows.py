@@ -37,7 +37,9 @@ class BatchIndices(Sampler):
     Shuffled with a permutation seeded by `seed + epoch`, so an epoch's order depends only on the seed
     and the epoch: runs are reproducible and resumable. The epoch comes from `epoch_fn` when given
     (the trainer's epoch, right also after resuming from a checkpoint), else from `set_epoch`. With
-    `world_size > 1`, rank r takes every world_size-th batch, all ranks the same count.
+    `world_size > 1`, a shuffled (training) sampler gives rank r every world_size-th batch, all ranks
+    the same count (so the ranks' batches of one step are the single-process batches of consecutive
+    steps); an ordered (evaluation) sampler gives each rank a contiguous share of the windows.
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
@@ -52,15 +54,23 @@ class BatchIndices(Sampler):
     def _num_batches(self) -> int:
         return -(-self.n // self.batch_size)
 
+    def _eval_share(self) -> torch.Tensor:
+        bounds = [self.n * r // self.world_size for r in range(self.world_size + 1)]
+        return torch.arange(bounds[self.rank], bounds[self.rank + 1])
+
     def __len__(self) -> int:
-        return self._num_batches() // self.world_size if self.world_size > 1 else self._num_batches()
+        if self.world_size == 1:
+            return self._num_batches()
+        if self.shuffle:
+            return self._num_batches() // self.world_size
+        return -(-len(self._eval_share()) // self.batch_size)
 
     def __iter__(self):
-        if self.shuffle:
-            epoch = self.epoch_fn() if self.epoch_fn is not None else self.epoch
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
-        else:
-            order = torch.arange(self.n)
+        if not self.shuffle:
+            order = self._eval_share() if self.world_size > 1 else torch.arange(self.n)
+            return iter(order.split(self.batch_size))
+        epoch = self.epoch_fn() if self.epoch_fn is not None else self.epoch
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
         batches = order.split(self.batch_size)
         if self.world_size > 1:
             batches = batches[self.rank: len(self) * self.world_size: self.world_size]

@@ -1,0 +1,83 @@
+"""Sweep presets, the optional sweepers/launchers (Optuna, joblib, submitit) and DDP on 2 CPU processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+FAST = ["corpus=toy", "trainer.max_epochs=1", "logger=none"]
+
+
+def nplm_train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "nplm.train", *args], cwd=cwd, env=ENV, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def records(sweep: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
+
+
+def needs(module: str):
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None,
+                              reason=f"{module} not installed (pip install -e '.[sweep]')")
+
+
+def test_context_length_preset_runs_six_jobs(tmp_path):
+    nplm_train(tmp_path, "-m", "+sweep=context_length", *FAST, "threads=1", f"hydra.sweep.dir={tmp_path / 's'}")
+    got = sorted(int(next(o for o in r["overrides"] if o.startswith("model.context_size=")).split("=")[1])
+                 for r in records(tmp_path / "s"))
+    assert got == [1, 2, 3, 4, 6, 8]
+
+
+@needs("hydra_plugins.hydra_optuna_sweeper")
+def test_optuna_search_minimises_validation_perplexity(tmp_path):
+    nplm_train(tmp_path, "-m", "+sweep=optuna", *FAST, "threads=1", "hydra.sweeper.n_trials=3",
+               f"hydra.sweep.dir={tmp_path / 's'}")
+    best = yaml.safe_load((tmp_path / "s" / "optimization_results.yaml").read_text())["best_value"]
+    jobs = records(tmp_path / "s")
+    assert len(jobs) == 3 and best == pytest.approx(min(j["metrics"]["val/ppl_best"] for j in jobs))
+
+
+@needs("hydra_plugins.hydra_joblib_launcher")
+def test_parallel_launcher_gives_each_job_its_share_of_threads(tmp_path):
+    nplm_train(tmp_path, "-m", "hydra/launcher=parallel", *FAST, "model.context_size=2,3",
+               f"hydra.sweep.dir={tmp_path / 's'}")
+    jobs = records(tmp_path / "s")
+    assert [j["status"] for j in jobs] == ["finished", "finished"]
+    assert {j["machine"]["torch_threads"] for j in jobs} == {max(1, (os.cpu_count() or 1) // 2)}
+
+
+@needs("hydra_plugins.hydra_submitit_launcher")
+def test_submitit_local_executor_runs_the_sweep(tmp_path):
+    nplm_train(tmp_path, "-m", "hydra/launcher=submitit_local", *FAST, "threads=1", "model.context_size=2,3",
+               f"hydra.sweep.dir={tmp_path / 's'}")
+    assert [j["status"] for j in records(tmp_path / "s")] == ["finished", "finished"]
+
+
+def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
+    """2 ranks x batch 8 == 1 process x batch 16 (the ranks' batches are consecutive single-process
+    batches); only rank 0 writes the run folder."""
+    words = " ".join(f"w{i % 23}" for i in range(131))  # 131 tokens - 3 context = 128 windows = 8 x 16
+    (tmp_path / "t.txt").write_text(words)
+    common = ["corpus=text_files", f"corpus.train={tmp_path / 't.txt'}", f"corpus.valid={tmp_path / 't.txt'}",
+              "corpus.eos=false", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=8",
+              "trainer.max_epochs=3", "logger=none", "threads=1", "optimizer.lr=0.01"]
+    nplm_train(tmp_path, *common, "data.batch_size=16", f"hydra.run.dir={tmp_path / 'one'}")
+    nplm_train(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8",
+               f"hydra.run.dir={tmp_path / 'two'}")
+    one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
+    assert two["status"] == "finished" and len(two["history"]) == 3
+    for a, b in zip(one["history"], two["history"]):
+        assert b["val/ppl"] == pytest.approx(a["val/ppl"], rel=1e-4)
+        assert b["train/ppl"] == pytest.approx(a["train/ppl"], rel=1e-4)
+    assert len((tmp_path / "two" / "metrics.csv").read_text().splitlines()) == 4
