@@ -1,0 +1,106 @@
+"""Training speed-up of the hierarchical softmax over the full softmax as the vocabulary grows.
+
+For |V| from 1k to 256k words (synthetic Zipfian targets), one full training step of the NPLM with
+MLP1's shape (n=5, m=60, h=50, direct; F = 290 features) and either head: forward, backward and a
+fused Adam step over all parameters, batch 256, both measured side by side in one run. Writes a
+Markdown table and a PNG plot next to this file.
+
+    python experiments/bench/hsm_scaling.py [--sizes 1000,4000,16000,64000,256000] [--threads 2]
+
+Morin & Bengio (2005) expect the speed-up to grow like |V| / log2 |V| in the output layer; the
+embedding table C and its optimizer update (O(|V| m) per step with dense Adam) and the hidden layer
+are the same for both heads, so the whole step's speed-up grows more slowly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from nplm.heads import build_head
+from nplm.models import NPLM, NPLMConfig
+from nplm.trees.tree import Tree, balanced_nested
+
+HERE = Path(__file__).resolve().parent
+MLP1 = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
+B = 256
+
+
+def step_rate(V: int, head_cfg: dict, steps: int, warmup: int) -> float:
+    """Training examples/s of NPLM + head at vocabulary size V."""
+    torch.manual_seed(0)
+    model = NPLM(V, MLP1)
+    tree = Tree.from_nested(balanced_nested(list(range(V))), V) if head_cfg["name"] == "hierarchical" else None
+    head = build_head(head_cfg, model.feature_dim, V, [1] * V, tree)
+    params = list(model.parameters()) + list(head.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-3, fused=True)
+    ranks = torch.arange(1, V + 1, dtype=torch.float)
+    targets = torch.multinomial(1 / ranks, B * (steps + warmup), replacement=True).view(-1, B)  # Zipf
+    contexts = torch.randint(0, V, (steps + warmup, B, MLP1.context_size))
+    start = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        head.loss(model(contexts[i]), targets[i]).mean().backward()
+        optimizer.step()
+    return B * steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,4000,16000,17905,64000,256000", help="vocabulary sizes")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    heads = {"softmax": {"name": "softmax"},
+             "hierarchical": {"name": "hierarchical"},  # morin_bengio nodes, balanced tree
+             "hierarchical_logistic": {"name": "hierarchical", "node_form": "logistic"}}
+    rows = []
+    for V in sizes:
+        rates = {name: step_rate(V, cfg, args.steps, args.warmup) for name, cfg in heads.items()}
+        rows.append((V, rates))
+        print(V, {k: round(v) for k, v in rates.items()}, flush=True)
+
+    machine = (f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
+               f"{torch.get_num_threads()} threads")
+    lines = [f"Machine: {machine}. Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}.",
+             "", "| words | softmax ex/s | hierarchical (Morin-Bengio nodes) ex/s | speed-up | "
+             "hierarchical (logistic nodes) ex/s | speed-up |", "|---:|---:|---:|---:|---:|---:|"]
+    for V, r in rows:
+        lines.append(f"| {V:,} | {r['softmax']:,.0f} | {r['hierarchical']:,.0f} | "
+                     f"{r['hierarchical'] / r['softmax']:.1f}x | {r['hierarchical_logistic']:,.0f} | "
+                     f"{r['hierarchical_logistic'] / r['softmax']:.1f}x |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    (HERE / "hsm_scaling.md").write_text(table)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, label in (("hierarchical", "Morin-Bengio nodes"), ("hierarchical_logistic", "logistic nodes")):
+        ax.plot([V for V, _ in rows], [r[name] / r["softmax"] for _, r in rows], "o-", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("vocabulary size |V|")
+    ax.set_ylabel("training speed-up over full softmax")
+    ax.set_title("Hierarchical softmax, NPLM training step (batch 256)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "hsm_scaling.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
