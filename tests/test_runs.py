@@ -92,3 +92,18 @@ def test_compare_refuses_folders_without_runs(tmp_path):
 
     with pytest.raises(UserError, match=r"no metrics.json below"):
         find_jobs([tmp_path])
+
+
+def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
+    from conftest import TOY_FAST, compose_cfg
+    from nplm.errors import UserError
+    from nplm.train import train
+
+    run_train(*TOY_FAST)
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with pytest.raises(UserError, match=r"has another model \(model.hidden_dim differ\); resume with the settings"):
+        train(compose_cfg(tmp_path / "b", *TOY_FAST, "model.hidden_dim=7", f"resume={ckpt}"))
+    with pytest.raises(UserError, match=r"was trained on another vocabulary \(42 words, this corpus has 6\)"):
+        (tmp_path / "t.txt").write_text("a b c d\n" * 10)
+        train(compose_cfg(tmp_path / "c", *TOY_FAST, "corpus=text_files", f"corpus.train={tmp_path / 't.txt'}",
+                          f"corpus.valid={tmp_path / 't.txt'}", f"resume={ckpt}"))

@@ -36,3 +36,25 @@ def load_model(path: str | Path) -> LanguageModel:
         first = str(err).splitlines()[0]
         raise UserError(f"checkpoint {str(path)!r} does not match its own model config ({first})") from None
     return module.eval()
+
+
+def check_resumable(path: str | Path, module: LanguageModel) -> None:
+    """Refuse to continue training `module` from a checkpoint of another vocabulary, model or head,
+    naming what differs, instead of failing deep inside `load_state_dict`."""
+    ckpt = read_checkpoint(path)
+    theirs = ckpt["hyper_parameters"]
+    vocab = ckpt[CHECKPOINT_KEY]["vocab"]["tokens"]
+    if vocab != module.vocab.tokens:
+        raise UserError(f"checkpoint {str(path)!r} was trained on another vocabulary ({len(vocab)} words, this "
+                        f"corpus has {len(module.vocab)}); resume it with its own corpus settings")
+    for part in ("model", "head"):
+        ours = dict(module.hparams[part])
+        if dict(theirs.get(part, {})) != ours:
+            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
+                          if ours.get(k) != theirs.get(part, {}).get(k))
+            raise UserError(f"checkpoint {str(path)!r} has another {part} ({', '.join(f'{part}.{k}' for k in diff)} "
+                            "differ); resume with the settings it was trained with")
+    theirs_tree = (ckpt[CHECKPOINT_KEY].get("tree") or {}).get("children")
+    if theirs_tree != (module.tree.to_dict()["children"] if module.tree is not None else None):
+        raise UserError(f"checkpoint {str(path)!r} was trained on another tree; resume with tree=file "
+                        "tree.path=<its run>/tree.json")

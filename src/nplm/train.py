@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from nplm.checkpoint import check_resumable
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.heads import head_class
@@ -166,6 +167,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
                            dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)},
                            tree=tree.to_dict() if tree is not None else None)
+    if ckpt is not None:
+        check_resumable(ckpt, module)
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [])
