@@ -105,3 +105,19 @@ def test_model_config_rejects_unknown_and_bad_values():
         NPLMConfig.from_dict({"context_size": 2, "foo": 1})
     with pytest.raises(Exception, match=r"model.hidden_dim=-1 must be >= 0"):
         NPLMConfig.from_dict({"hidden_dim": -1})
+
+
+@pytest.mark.parametrize("weights", [[0.2] * 5, [1.0, -2.0, 0.0, 3.0, 0.5]])
+def test_softmax_nll_backward_equals_cross_entropy(weights):
+    """The one-pass backward (positive upstream gradients) and the general one match autograd's."""
+    import torch.nn.functional as F
+
+    from nplm.heads.softmax import SoftmaxNLL
+
+    torch.manual_seed(0)
+    target, w = torch.randint(0, 7, (5,)), torch.tensor(weights, dtype=torch.float64)
+    y = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    (SoftmaxNLL.apply(y, target) * w).sum().backward()
+    ours, y.grad = y.grad.clone(), None
+    (F.cross_entropy(y, target, reduction="none") * w).sum().backward()
+    torch.testing.assert_close(ours, y.grad)

@@ -29,6 +29,10 @@ class SoftmaxNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll: torch.Tensor):
         log_p, target = ctx.saved_tensors  # a second backward fails autograd's version check, never silently
+        if bool((grad_nll > 0).all()):  # the usual case (a mean or sum of NLLs): one pass, exp(log p + log g)
+            grad = log_p.add_(grad_nll.log()[:, None]).exp_()  # softmax(y) * g: [B, V]
+            grad.scatter_add_(1, target[:, None], -grad_nll[:, None])
+            return grad, None
         grad = log_p.exp_()  # softmax(y), in place: [B, V]
         grad.scatter_add_(1, target[:, None], torch.full_like(grad_nll[:, None], -1.0))
         return grad.mul_(grad_nll[:, None]), None
