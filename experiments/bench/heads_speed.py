@@ -25,8 +25,10 @@ from typing import Callable
 import torch
 
 from nplm.heads import Head, build_head
+from nplm.trees.tree import Tree, balanced_nested
 
 V, F, B = 17_905, 290, 256
+BALANCED = Tree.from_nested(balanced_nested(list(range(V))), V)
 
 
 def zipf_counts(vocab_size: int, tokens: float = 1e6, seed: int = 0) -> list[int]:
@@ -44,13 +46,16 @@ def head_constructors(counts: list[int]) -> dict[str, Callable[[], Head]]:
         "class_based": lambda: build_head({"name": "class_based"}, F, V, counts),
         "adaptive": lambda: build_head({"name": "adaptive"}, F, V, counts),
         "importance_sampling": lambda: build_head({"name": "importance_sampling"}, F, V, counts),
+        "hierarchical (morin_bengio, balanced)": lambda: build_head({"name": "hierarchical"}, F, V, counts, BALANCED),
+        "hierarchical (logistic, balanced)": lambda: build_head({"name": "hierarchical", "node_form": "logistic"},
+                                                                F, V, counts, BALANCED),
     }
 
 
 def training_rate(head: Head, targets: torch.Tensor, steps: int, warmup: int, adam: bool) -> float:
     """Examples/s of `loss` forward + backward (+ an Adam step), over `steps` timed steps."""
     head.train()
-    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3, fused=True)  # as nplm trains
     features = torch.randn(B, F, requires_grad=True)  # [B, F] a leaf: the gradient reaches the features
     start = 0.0
     for i in range(warmup + steps):
@@ -85,6 +90,8 @@ def describe(name: str, head: Head) -> str:
         return f"cutoffs={head.adaptive.cutoffs[:-1]}, div={head.adaptive.div_value:g}"
     if name == "importance_sampling":
         return f"k={head.num_samples}"
+    if name.startswith("hierarchical"):
+        return f"depth {BALANCED.stats()['mean_depth']:.1f}, node dim/hidden {getattr(head, 'N', torch.empty(0, 0)).shape[-1]}"
     return ""
 
 
