@@ -103,6 +103,9 @@ def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     with pytest.raises(UserError, match=r"has another model \(model.hidden_dim differ\); resume with the settings"):
         train(compose_cfg(tmp_path / "b", *TOY_FAST, "model.hidden_dim=7", f"resume={ckpt}"))
+    with pytest.raises(UserError, match=r"has another model"):  # naming the run folder: it is kept
+        train(compose_cfg(tmp_path / "d", *TOY_FAST, "model.hidden_dim=7", f"resume={tmp_path / 'run'}"))
+    assert ckpt.exists()
     with pytest.raises(UserError, match=r"was trained on another vocabulary \(42 words, this corpus has 6\)"):
         (tmp_path / "t.txt").write_text("a b c d\n" * 10)
         train(compose_cfg(tmp_path / "c", *TOY_FAST, "corpus=text_files", f"corpus.train={tmp_path / 't.txt'}",

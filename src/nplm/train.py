@@ -119,21 +119,21 @@ def train(cfg: DictConfig) -> dict:
     A `UserError` (bad config value, bad data, a NaN loss) removes the job's run directory, so a
     mistake never leaves a half-written run behind; any other failure marks metrics.json "failed".
     """
-    out_dir = Path(cfg.paths.output_dir)
+    fresh = Path(cfg.paths.output_dir)  # this invocation's folder; a resumed run goes on in its own
     overrides = job_overrides()
-    done = finished_job(out_dir, overrides)
+    done = finished_job(fresh, overrides)
     if done is not None:
-        log.info("skipping %s: already finished", out_dir)
+        log.info("skipping %s: already finished", fresh)
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     try:
-        out_dir, ckpt = resolve_resume(cfg.get("resume"), out_dir, overrides)
+        out_dir, ckpt = resolve_resume(cfg.get("resume"), fresh, overrides)
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
         finish_wandb(failed=True)
-        shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(fresh, ignore_errors=True)  # never an older run's folder
         if is_multirun():  # the sweep goes on; the job's folder says why it failed
-            out_dir.mkdir(parents=True, exist_ok=True)
-            write_json(out_dir / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
+            fresh.mkdir(parents=True, exist_ok=True)
+            write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
         raise
 
 
