@@ -27,7 +27,8 @@ def report(run_dir: Path, target: float | None) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in history:
-        lines.append(f"| {row['epoch'] + 1} | {row['train/ppl']:.3f} | {row['val/ppl']:.3f} | {row['val/ppl_best']:.3f} | "
+        train_ppl = row.get("train/ppl") or row.get("train/ppl_sampled")
+        lines.append(f"| {row['epoch'] + 1} | {train_ppl:.3f} | {row['val/ppl']:.3f} | {row['val/ppl_best']:.3f} | "
                      f"{row['train/tokens_per_s']:,.0f} | {row['train/epoch_time_s']:.1f} | {row['elapsed_s']:.0f} |")
     lines += ["", f"Best validation perplexity **{metrics['val/ppl_best']:.3f}**"
               + (f", test perplexity of the best checkpoint **{metrics['test/ppl']:.3f}**" if "test/ppl" in metrics else "")

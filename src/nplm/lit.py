@@ -16,11 +16,12 @@ from nplm.optim import OptimizerConfig, build_optimizer
 from nplm.perplexity import Perplexity
 from nplm.trees.tree import Tree
 
-CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: the vocabulary, as plain lists
+CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
 
 class LanguageModel(pl.LightningModule):
-    """Trains `head.nll(model(context), target)`; logs `train/ppl`, `val/ppl`, `val/ppl_best`,
+    """Trains `head.loss(model(context), target)` and evaluates the exact `head.nll`; logs
+    `train/ppl` (`train/ppl_sampled` for heads trained on a sampled loss), `val/ppl`, `val/ppl_best`,
     `test/ppl` (token-weighted over the whole split), `train/tokens_per_s` and `train/lr`.
 
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.

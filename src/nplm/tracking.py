@@ -32,7 +32,7 @@ from nplm.runs import job_overrides
 
 log = logging.getLogger(__name__)
 
-HISTORY_FIELDS = ["epoch", "step", "train/ppl", "val/ppl", "val/ppl_best", "train/tokens_per_s",
+HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", "val/ppl_best", "train/tokens_per_s",
                   "train/epoch_time_s", "train/lr", "elapsed_s"]
 
 
