@@ -66,6 +66,8 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
             f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"]
     first = nplm_train(tmp_path, *args)
     assert first.returncode == 1
+    log = first.stdout + first.stderr  # not a terminal: plain per-epoch lines, no progress bar
+    assert "epoch 0: train/ppl" in log and "it/s]" not in log
     assert "1 job(s) of the sweep failed" in first.stderr
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished"
