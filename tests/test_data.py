@@ -109,3 +109,21 @@ def test_real_brown_follows_the_bengio_2003_protocol():
     assert len(dm.vocab) == 17_905
     assert [dm.stats[s].tokens for s in ("train", "valid", "test")] == [800_000, 200_000, 161_192]
     assert 0.04 < dm.stats["test"].oov_rate < 0.05
+
+
+def test_download_verifies_the_checksum_and_writes_atomically(tmp_path):
+    import hashlib
+
+    from nplm.data.sources import download
+    from nplm.errors import UserError
+
+    source = tmp_path / "remote.txt"
+    source.write_text("To be, or not to be")
+    good = hashlib.sha256(source.read_bytes()).hexdigest()
+    dest = download(source.as_uri(), tmp_path / "data" / "input.txt", good)
+    assert dest.read_text() == "To be, or not to be"
+    with pytest.raises(UserError, match=r"has sha256 [0-9a-f]{64}, expected 0+; the download is corrupt"):
+        download(source.as_uri(), tmp_path / "data" / "other.txt", "0" * 64)
+    assert not (tmp_path / "data" / "other.txt").exists() and not list((tmp_path / "data").glob("*.part"))
+    with pytest.raises(UserError, match=r"could not download .*; put a local copy at"):
+        download((tmp_path / "missing.txt").as_uri(), tmp_path / "data" / "x.txt", None)
