@@ -6,17 +6,27 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 from pathlib import Path
 
 
-def report(run_dir: Path, target: float | None) -> str:
+def _csv_history(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return [{k: (float(v) if v not in ("", None) else None) for k, v in row.items()} | {"epoch": int(row["epoch"])}
+                for row in csv.DictReader(f)]
+
+
+def report(run_dir: Path, target: float | None, unfinished: bool = False) -> str:
     record = json.loads((run_dir / "metrics.json").read_text())
-    if record["status"] != "finished":
-        raise SystemExit(f"{run_dir} has status {record['status']!r}; report finished runs only")
-    history, metrics, corpus = record["history"], record["metrics"], record["corpus"]
+    if record["status"] != "finished" and not unfinished:
+        raise SystemExit(f"{run_dir} has status {record['status']!r}; pass --unfinished to report it anyway")
+    history, metrics, corpus = record.get("history") or _csv_history(run_dir), record["metrics"], record["corpus"]
+    if not metrics:  # stopped before the end: the best epoch so far
+        metrics = {"val/ppl_best": min(row["val/ppl"] for row in history)}
     lines = [
-        f"# `experiment={record['experiment']}`", "",
+        f"# `experiment={record['experiment']}`" + ("" if record["status"] == "finished"
+                                                     else f" (status: {record['status']}, stopped early)"), "",
         f"Command: `{record['command'].split('/')[-1]}`  ",
         f"Machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs, "
         f"{record['machine']['torch_threads']} torch threads; torch {record['versions']['torch']}, "
@@ -32,7 +42,7 @@ def report(run_dir: Path, target: float | None) -> str:
                      f"{row['train/tokens_per_s']:,.0f} | {row['train/epoch_time_s']:.1f} | {row['elapsed_s']:.0f} |")
     lines += ["", f"Best validation perplexity **{metrics['val/ppl_best']:.3f}**"
               + (f", test perplexity of the best checkpoint **{metrics['test/ppl']:.3f}**" if "test/ppl" in metrics else "")
-              + f"; wall time {record['wall_time_s'] / 60:.1f} min."]
+              + (f"; wall time {record['wall_time_s'] / 60:.1f} min." if record["status"] == "finished" else ".")]
     if target is not None:
         reached = next((row for row in history if row["val/ppl"] <= target), None)
         lines.append(
@@ -46,8 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.json")
     parser.add_argument("--target", type=float, help="validation perplexity to reach; says when it was")
+    parser.add_argument("--unfinished", action="store_true", help="also report a run that did not finish")
     args = parser.parse_args()
-    print(report(args.run_dir, args.target), end="")
+    print(report(args.run_dir, args.target, args.unfinished), end="")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def lightning_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch-size", type=int, default=512, help="training batch size (default 512)")
+    parser.add_argument("--batch-size", type=int, default=1024, help="training batch size (default 1024)")
     parser.add_argument("--steps", type=int, default=40, help="timed training steps per loop (default 40)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
