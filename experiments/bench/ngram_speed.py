@@ -1,0 +1,61 @@
+"""Count-based baselines on Brown: fit and scoring time, valid/test perplexity.
+
+Fits modified Kneser-Ney (orders 3, 4, 5; interpolated and back-off) and the deleted-interpolation
+trigram (lambdas by EM on the validation split) on the 800,000 training words of NLTK's Brown corpus
+(|V| = 17,905: words seen >= 4 times in the whole corpus, as Bengio et al. 2003), and scores the
+200,000 validation words and the test rest, each split's first words with the previous split's tail
+as history (the corpus is one contiguous text). Bengio et al. (2003), table 1, on their Brown split:
+deleted-interpolation trigram 336, back-off Kneser-Ney n = 3/4/5: 323/321/321 (test perplexity).
+
+    OMP_NUM_THREADS=1 python experiments/bench/ngram_speed.py [--nltk-data /work/shared/data/nltk_data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import time
+
+import numpy as np
+
+from nplm.data.datamodule import LMDataModule
+from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context
+
+PAPER = {"deleted_interpolation3": 336, "kn3_backoff": 323, "kn4_backoff": 321, "kn5_backoff": 321}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nltk-data", default="/work/shared/data/nltk_data")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    dm = LMDataModule({"name": "brown", "nltk_data": args.nltk_data, "download": False, "train_size": 800000,
+                       "valid_size": 200000, "test_size": None, "vocab_from": "all", "min_count": 4}, 4, 8, 8)
+    dm.setup()
+    V = len(dm.vocab)
+    train, valid, test = (dm.ids[s].numpy() for s in ("train", "valid", "test"))
+    print(f"Machine: {platform.machine()}, numpy {np.__version__}. Brown: |V| = {V:,}, train {len(train):,}, "
+          f"valid {len(valid):,}, test {len(test):,} tokens (loaded in {time.perf_counter() - t0:.1f} s)\n")
+    print("| model | fit s | score valid s | valid ppl | test ppl | Bengio et al. 2003 test |")
+    print("|---|---|---|---|---|---|")
+    models = [KneserNey(n, interpolate) for interpolate in (True, False) for n in (3, 4, 5)]
+    models.append(DeletedInterpolationTrigram())
+    for model in models:
+        t0 = time.perf_counter()
+        if isinstance(model, DeletedInterpolationTrigram):
+            model.fit(train, valid, V, valid_prefix=split_context(dm, "valid", 3))
+        else:
+            model.fit(train, V)
+        fit_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        lp_valid = model.score(valid, split_context(dm, "valid", model.order))
+        score_s = time.perf_counter() - t0
+        lp_test = model.score(test, split_context(dm, "test", model.order))
+        ppl_valid, ppl_test = math.exp(-lp_valid.mean()), math.exp(-lp_test.mean())
+        print(f"| {model.name} | {fit_s:.2f} | {score_s:.2f} | {ppl_valid:.1f} | {ppl_test:.1f} | "
+              f"{PAPER.get(model.name, '')} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
