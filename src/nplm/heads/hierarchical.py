@@ -93,8 +93,9 @@ class HierarchicalHead(Head):
         step = max(1, self.chunk_elements // max(1, B * h))
         out = torch.empty(I, B, dtype=features.dtype, device=features.device)
         for start in range(0, I, step):
-            hidden = torch.sigmoid(UN2[start:start + step, None, :] + Wf2[None])  # [chunk, B, h]
-            out[start:start + step] = hidden @ self.beta  # [chunk, B]
+            stop = min(I, start + step)
+            hidden = torch.add(UN2[start:stop, None, :], Wf2[None]).sigmoid_()  # [chunk, B, h]
+            torch.mv(hidden.view(-1, h), self.beta, out=out[start:stop].view(-1))  # [chunk * B]
         return out.mul_(2).add_(self.alpha[:, None] - self.beta.sum())
 
     # -- the head interface --------------------------------------------------------------------
@@ -103,20 +104,30 @@ class HierarchicalHead(Head):
         log_p_turns = F.logsigmoid(signs * self._path_scores(features, nodes))  # [B, D]
         return -(log_p_turns * mask).sum(dim=1)  # [B]
 
+    @torch.no_grad()
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         """Level by level from the root, node-major so every gather moves whole rows of B values:
-        log P(child) = log P(parent) + log sigmoid(+-s(parent)), with log sigmoid(-s) = log sigmoid(s) - s."""
+        log P(child) = log P(parent) + log sigmoid(+-s(parent)), with log sigmoid(-s) = log sigmoid(s) - s.
+        For prediction, sampling and mixing: no gradient (training uses `nll`, O(depth) per word)."""
         scores = self._all_scores(features)  # [I, B]
         log_right = F.logsigmoid(scores)  # [I, B]
         log_left = log_right - scores
         B = scores.shape[1]
         out = scores.new_empty(self.tree.vocab_size, B)  # [V, B]
+        widest = max(stop - start for (start, stop), *_ in self._levels)
+        buffers = scores.new_empty(2, 2 * widest, B)  # ping-pong: one level's children, the next's
         reach = scores.new_zeros(1, B)  # log P(reach node) for the current level, root first
-        for (start, stop), internal, leaves, words in self._levels_on(scores.device):
-            kids = torch.stack((reach + log_left[start:stop], reach + log_right[start:stop]), dim=1)  # [n, 2, B]
-            kids = kids.view(-1, B)  # [2n, B] in (parent, turn) order = breadth-first order of the children
-            out[words] = kids[leaves]
-            reach = kids[internal]  # the next level's nodes, in their numbering order
+        for depth, ((start, stop), internal, leaves, words) in enumerate(self._levels_on(scores.device)):
+            n = stop - start
+            kids = buffers[depth % 2, : 2 * n].view(n, 2, B)  # (parent, turn) order = breadth-first order
+            torch.add(reach, log_left[start:stop], out=kids[:, 0])
+            torch.add(reach, log_right[start:stop], out=kids[:, 1])
+            kids = kids.view(2 * n, B)
+            if leaves.numel():
+                out.index_copy_(0, words, kids.index_select(0, leaves))
+                reach = kids.index_select(0, internal)  # the next level's nodes, in their numbering order
+            else:
+                reach = kids
         return out.T  # [B, V]
 
     def _levels_on(self, device: torch.device) -> list[tuple]:
