@@ -122,6 +122,7 @@ def plot(jobs: list[Job], out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -152,6 +153,7 @@ def plot(jobs: list[Job], out_dir: Path) -> list[Path]:
             label = ", ".join(f"{k}={j.overrides.get(k, '')}" for k in keys) or j.path.name
             ax.plot(*zip(*j.curve), marker=".", label=f"{label} ({j.status})" if j.status != "finished" else label)
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("validation perplexity")
     ax.grid(alpha=0.3)
     if len(jobs) <= 12:
