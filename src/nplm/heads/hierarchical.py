@@ -80,18 +80,20 @@ class HierarchicalHead(Head):
         hidden = torch.tanh(self.W(features)[:, None, :] + self.U(self.N[nodes]))  # [B, D, h]
         return hidden @ self.beta + self.alpha[nodes]  # [B, D]
 
-    def _all_scores(self, features: torch.Tensor) -> torch.Tensor:
-        """s(n, f) for every internal node, node-major: [I, B]. The Morin-Bengio form costs
+    def _all_scores(self, features: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """s(n, f) for every internal node, node-major: [I, B] (into `out` if given). The Morin-Bengio form costs
         B x I x h activations, computed in cache-sized chunks of nodes and through the identity
         beta . tanh(a) = 2 beta . sigmoid(2a) - sum(beta), because torch's sigmoid is several times
         faster than its tanh on CPU."""
+        B, I = features.shape[0], len(self.tree.children)
+        if out is None:
+            out = features.new_empty(I, B)
         if self.node_form == "logistic":
-            return torch.addmm(self.b[:, None], self.q, features.T)  # [I, B]
+            return torch.addmm(self.b[:, None], self.q, features.T, out=out)  # [I, B]
         Wf2 = 2 * self.W(features)  # 2(c + W f): [B, h]
         UN2 = 2 * self.U(self.N)  # 2 U N_n: [I, h]
-        B, (I, h) = features.shape[0], UN2.shape
+        h = UN2.shape[1]
         step = max(1, self.chunk_elements // max(1, B * h))
-        out = torch.empty(I, B, dtype=features.dtype, device=features.device)
         for start in range(0, I, step):
             stop = min(I, start + step)
             hidden = torch.add(UN2[start:stop, None, :], Wf2[None]).sigmoid_()  # [chunk, B, h]
@@ -109,13 +111,12 @@ class HierarchicalHead(Head):
         """Level by level from the root, node-major so every gather moves whole rows of B values:
         log P(child) = log P(parent) + log sigmoid(+-s(parent)), with log sigmoid(-s) = log sigmoid(s) - s.
         For prediction, sampling and mixing: no gradient (training uses `nll`, O(depth) per word)."""
-        scores = self._all_scores(features)  # [I, B]
+        B = features.shape[0]
+        scores, buffers = self._scratch(features)
+        self._all_scores(features, out=scores)  # [I, B]
         log_right = F.logsigmoid(scores)  # [I, B]
-        log_left = log_right - scores
-        B = scores.shape[1]
+        log_left = scores.sub_(log_right).neg_()  # log sigmoid(-s) = log sigmoid(s) - s, in place
         out = scores.new_empty(self.tree.vocab_size, B)  # [V, B]
-        widest = max(stop - start for (start, stop), *_ in self._levels)
-        buffers = scores.new_empty(2, 2 * widest, B)  # ping-pong: one level's children, the next's
         reach = scores.new_zeros(1, B)  # log P(reach node) for the current level, root first
         for depth, ((start, stop), internal, leaves, words) in enumerate(self._levels_on(scores.device)):
             n = stop - start
@@ -129,6 +130,18 @@ class HierarchicalHead(Head):
             else:
                 reach = kids
         return out.T  # [B, V]
+
+    def _scratch(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Working memory of the full-distribution pass, kept between calls of the same batch size:
+        node scores [I, B] and the ping-pong buffers of two levels' children [2, 2 x widest, B].
+        (Fresh ~100 MB per call costs more in page faults than the arithmetic at |V| = 17,905.)"""
+        key = (features.shape[0], features.dtype, features.device)
+        if getattr(self, "_scratch_key", None) != key:
+            B, I = features.shape[0], len(self.tree.children)
+            widest = max(stop - start for (start, stop), *_ in self._levels)
+            self._scratch_buffers = (features.new_empty(I, B), features.new_empty(2, 2 * widest, B))
+            self._scratch_key = key
+        return self._scratch_buffers
 
     def _levels_on(self, device: torch.device) -> list[tuple]:
         if self._levels and self._levels[0][1].device != device:
