@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head
+from nplm.heads.base import Head, refuse_unknown_options, require_counts
 
 OPTIONS = ("cutoffs", "div_value")
 
@@ -86,10 +86,6 @@ class AdaptiveHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "AdaptiveHead":
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise UserError(f"unknown option head.{unknown[0]} for head=adaptive; valid: {', '.join(OPTIONS)}")
-        if counts is None or len(counts) != vocab_size:
-            raise UserError(f"head=adaptive needs training unigram counts for all {vocab_size} words, "
-                            f"got {None if counts is None else len(counts)}")
+        refuse_unknown_options("adaptive", options, OPTIONS)
+        require_counts("adaptive", counts, vocab_size)
         return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0))

@@ -8,6 +8,20 @@ from torch import nn
 from nplm.errors import UserError
 
 
+def refuse_unknown_options(head: str, options: dict, valid: tuple[str, ...]) -> None:
+    """Refuse options a head does not have, naming the first and listing the valid ones."""
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise UserError(f"unknown option head.{unknown[0]} for head={head}; valid: {', '.join(valid) or '(none)'}")
+
+
+def require_counts(head: str, counts, vocab_size: int) -> None:
+    """Heads built from unigram statistics need a training count for every word."""
+    if counts is None or len(counts) != vocab_size:
+        raise UserError(f"head={head} needs training unigram counts for all {vocab_size} words, "
+                        f"got {None if counts is None else len(counts)}")
+
+
 class Head(nn.Module):
     """An output layer over features `[B, F]`.
 
@@ -38,6 +52,5 @@ class Head(nn.Module):
                     tree=None) -> "Head":
         """Build from the `head` config group's options (everything but `name`); unknown options are
         refused with the list of valid ones."""
-        if options:
-            raise UserError(f"unknown option head.{sorted(options)[0]} for head '{cls.__name__}'")
+        refuse_unknown_options(cls.__name__, options, ())
         return cls(feature_dim, vocab_size)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head
+from nplm.heads.base import Head, require_counts, refuse_unknown_options
 from nplm.heads.softmax import SoftmaxNLL
 
 OPTIONS = ("num_classes",)
@@ -128,12 +128,8 @@ class ClassBasedHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "ClassBasedHead":
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise UserError(f"unknown option head.{unknown[0]} for head=class_based; valid: {', '.join(OPTIONS)}")
-        if counts is None or len(counts) != vocab_size:
-            raise UserError(f"head=class_based needs training unigram counts for all {vocab_size} words, "
-                            f"got {None if counts is None else len(counts)}")
+        refuse_unknown_options("class_based", options, OPTIONS)
+        require_counts("class_based", counts, vocab_size)
         K = options.get("num_classes")
         if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= vocab_size):
             raise UserError(f"head.num_classes={K!r} must be an integer from 1 to the vocabulary size "

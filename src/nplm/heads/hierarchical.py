@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head
+from nplm.heads.base import Head, refuse_unknown_options
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
@@ -66,10 +66,7 @@ class HierarchicalHead(Head):
         if tree.vocab_size != vocab_size:
             raise UserError(f"the tree has {tree.vocab_size} leaves but the vocabulary {vocab_size} words; "
                             "rebuild the tree from this corpus")
-        valid = {"node_form", "node_dim", "node_hidden", "chunk_elements"}
-        unknown = sorted(set(options) - valid)
-        if unknown:
-            raise UserError(f"unknown option head.{unknown[0]} for head=hierarchical; valid: {', '.join(sorted(valid))}")
+        refuse_unknown_options("hierarchical", options, ("chunk_elements", "node_dim", "node_form", "node_hidden"))
         return cls(feature_dim, tree, **options)
 
     # -- node scores ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head
+from nplm.heads.base import Head, require_counts, refuse_unknown_options
 from nplm.heads.softmax import SoftmaxNLL
 
 OPTIONS = ("num_samples", "proposal_power")
@@ -80,13 +80,8 @@ class ImportanceSamplingHead(Head):
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts,
                     tree=None) -> "ImportanceSamplingHead":
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise UserError(f"unknown option head.{unknown[0]} for head=importance_sampling; "
-                            f"valid: {', '.join(OPTIONS)}")
-        if counts is None or len(counts) != vocab_size:
-            raise UserError(f"head=importance_sampling needs training unigram counts for all {vocab_size} words, "
-                            f"got {None if counts is None else len(counts)}")
+        refuse_unknown_options("importance_sampling", options, OPTIONS)
+        require_counts("importance_sampling", counts, vocab_size)
         k = options.get("num_samples", 100)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise UserError(f"head.num_samples={k!r} must be a positive integer; e.g. head.num_samples=100")
