@@ -177,7 +177,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         record.data["tree"] = tree.stats(dm.vocab.counts)
         record.save()
     for logger in loggers:
-        logger.log_hyperparams({"corpus_stats": dm.summary(), "data_files": dm.files,
+        logger.log_hyperparams({"corpus_stats": record.data["corpus"], "data_files": dm.files,
                                 "tree_stats": record.data.get("tree")})
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     failed = True
