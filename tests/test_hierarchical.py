@@ -53,6 +53,20 @@ def test_distribution_is_normalised_and_matches_nll_and_a_naive_walk(form, neste
             assert math.exp(log_p[b, w]) == pytest.approx(naive_prob(head, f[b], w), rel=1e-9)
 
 
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_morin_bengio_full_distribution_is_exact_past_the_product_forms_range(scale):
+    """Pre-activations beyond +-40 (|2a| > 80) leave the exp-product form for sigmoid; both agree with nll."""
+    torch.manual_seed(1)
+    V = 37
+    head = HierarchicalHead(7, Tree.from_nested(balanced_nested(list(range(V))), V), "morin_bengio",
+                            node_dim=3, node_hidden=5, chunk_elements=64)
+    f = torch.randn(6, 7) * scale  # [6, F]
+    log_p = head.log_probs(f)  # [6, V]
+    target = torch.arange(6) * 5
+    torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(6), atol=1e-5, rtol=0)
+    torch.testing.assert_close(-log_p[torch.arange(6), target], head.nll(f, target), atol=1e-4, rtol=1e-5)
+
+
 def test_nll_is_the_sum_over_the_path_not_the_mean():
     tree = Tree.from_nested(NESTED, 6)
     head = HierarchicalHead(2, tree, "logistic")
