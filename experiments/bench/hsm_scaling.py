@@ -18,12 +18,15 @@ import argparse
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
+from nplm.optim import OptimizerConfig, build_optimizer
 from nplm.trees.tree import Tree, balanced_nested
 
 HERE = Path(__file__).resolve().parent
@@ -31,14 +34,13 @@ MLP1 = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
 B = 256
 
 
-def step_rate(V: int, head_cfg: dict, steps: int, warmup: int) -> float:
-    """Training examples/s of NPLM + head at vocabulary size V."""
+def step_rate(V: int, head_cfg: dict, steps: int, warmup: int, sparse: bool) -> float:
+    """Training examples/s of NPLM + head at vocabulary size V; `sparse`: lazy updates of C."""
     torch.manual_seed(0)
-    model = NPLM(V, MLP1)
+    model = NPLM(V, replace(MLP1, sparse_embeddings=sparse))
     tree = Tree.from_nested(balanced_nested(list(range(V))), V) if head_cfg["name"] == "hierarchical" else None
     head = build_head(head_cfg, model.feature_dim, V, [1] * V, tree)
-    params = list(model.parameters()) + list(head.parameters())
-    optimizer = torch.optim.Adam(params, lr=1e-3, fused=True)
+    optimizer = build_optimizer(nn.ModuleList([model, head]), OptimizerConfig(name="adam", lr=1e-3))  # as nplm trains
     ranks = torch.arange(1, V + 1, dtype=torch.float)
     targets = torch.multinomial(1 / ranks, B * (steps + warmup), replacement=True).view(-1, B)  # Zipf
     contexts = torch.randint(0, V, (steps + warmup, B, MLP1.context_size))
@@ -67,19 +69,23 @@ def main() -> None:
              "hierarchical_logistic": {"name": "hierarchical", "node_form": "logistic"}}
     rows = []
     for V in sizes:
-        rates = {name: step_rate(V, cfg, args.steps, args.warmup) for name, cfg in heads.items()}
+        rates = {(name, sparse): step_rate(V, cfg, args.steps, args.warmup, sparse)
+                 for sparse in (False, True) for name, cfg in heads.items()}
         rows.append((V, rates))
-        print(V, {k: round(v) for k, v in rates.items()}, flush=True)
+        print(V, {f"{k[0]}{' sparse C' if k[1] else ''}": round(v) for k, v in rates.items()}, flush=True)
 
     machine = (f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
                f"{torch.get_num_threads()} threads")
     lines = [f"Machine: {machine}. Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}.",
-             "", "| words | softmax ex/s | hierarchical (Morin-Bengio nodes) ex/s | speed-up | "
-             "hierarchical (logistic nodes) ex/s | speed-up |", "|---:|---:|---:|---:|---:|---:|"]
+             "Dense C: Adam updates the whole embedding table every step (`model.sparse_embeddings=false`, the "
+             "default); sparse C: only the batch's rows (`model.sparse_embeddings=true`, lazy Adam).", "",
+             "| words | C | softmax ex/s | hierarchical (Morin-Bengio nodes) ex/s | speed-up | "
+             "hierarchical (logistic nodes) ex/s | speed-up |", "|---:|---|---:|---:|---:|---:|---:|"]
     for V, r in rows:
-        lines.append(f"| {V:,} | {r['softmax']:,.0f} | {r['hierarchical']:,.0f} | "
-                     f"{r['hierarchical'] / r['softmax']:.1f}x | {r['hierarchical_logistic']:,.0f} | "
-                     f"{r['hierarchical_logistic'] / r['softmax']:.1f}x |")
+        for sparse in (False, True):
+            soft, mb, lg = (r[name, sparse] for name in heads)
+            lines.append(f"| {V:,} | {'sparse' if sparse else 'dense'} | {soft:,.0f} | {mb:,.0f} | {mb / soft:.1f}x | "
+                         f"{lg:,.0f} | {lg / soft:.1f}x |")
     table = "\n".join(lines) + "\n"
     print(table)
     (HERE / "hsm_scaling.md").write_text(table)
@@ -91,7 +97,9 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, label in (("hierarchical", "Morin-Bengio nodes"), ("hierarchical_logistic", "logistic nodes")):
-        ax.plot([V for V, _ in rows], [r[name] / r["softmax"] for _, r in rows], "o-", label=label)
+        for sparse, style in ((True, "o-"), (False, "o--")):
+            ax.plot([V for V, _ in rows], [r[name, sparse] / r["softmax", sparse] for _, r in rows], style,
+                    label=f"{label}, {'sparse' if sparse else 'dense'} C")
     ax.set_xscale("log")
     ax.set_xlabel("vocabulary size |V|")
     ax.set_ylabel("training speed-up over full softmax")

@@ -4,10 +4,16 @@ Bengio et al. (2003), section 4: stochastic gradient ascent with learning rate
 eps_t = eps_0 / (1 + r t), t the number of parameter updates, and weight decay on the weights and the
 word features C but not on the biases. `weight_decay` here is torch's: a gradient term wd * theta,
 i.e. the penalty (wd / 2) ||theta||^2.
+
+Row-sparse gradients (`model.sparse_embeddings=true`: nn.Embedding(sparse=True)) are updated lazily:
+only the rows in the batch move, and Adam's moments of the other rows wait (as torch.optim.SparseAdam
+and TensorFlow's LazyAdam); weight decay then applies to the touched rows only. A dense update of a
+256k x 60 table every step costs more than the whole hierarchical output layer.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -62,15 +68,83 @@ class InverseTimeDecay:
         return 1.0 / (1.0 + self.rate * step)
 
 
+class LazyRowsMixin:
+    """`step` hands dense gradients to the torch optimizer it is mixed into and row-sparse ones
+    (sparse COO, one row per index: nn.Embedding(sparse=True)) to `_sparse_step`."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        sparse = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.is_sparse:
+                    sparse.append((group, p, p.grad))
+                    p.grad = None  # hidden from the dense (fused) update
+        super().step()
+        for group, p, grad in sparse:
+            grad = grad.coalesce()
+            rows, values = grad.indices()[0], grad.values()  # [R], [R, m]
+            self._sparse_step(group, p, rows, values)
+            p.grad = grad
+        return loss
+
+
+class LazyAdam(LazyRowsMixin, torch.optim.Adam):
+    """Adam; sparse rows get Adam's update (Kingma & Ba 2015, alg. 1) with their own moments, L2 decay."""
+
+    decoupled = False
+
+    def _sparse_step(self, group: dict, p: torch.Tensor, rows: torch.Tensor, g: torch.Tensor) -> None:
+        beta1, beta2 = group["betas"]
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        state["step"] += 1
+        t = state["step"].item()
+        theta = p.index_select(0, rows)  # [R, m]
+        if group["weight_decay"] and self.decoupled:
+            theta.mul_(1 - group["lr"] * group["weight_decay"])
+        elif group["weight_decay"]:
+            g = g.add(theta, alpha=group["weight_decay"])
+        m = state["exp_avg"].index_select(0, rows).lerp_(g, 1 - beta1)  # [R, m]
+        v = state["exp_avg_sq"].index_select(0, rows).mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        state["exp_avg"].index_copy_(0, rows, m)
+        state["exp_avg_sq"].index_copy_(0, rows, v)
+        denom = v.sqrt_().div_(math.sqrt(1 - beta2 ** t)).add_(group["eps"])
+        theta.addcdiv_(m, denom, value=-group["lr"] / (1 - beta1 ** t))
+        p.index_copy_(0, rows, theta)
+
+
+class LazyAdamW(LazyAdam, torch.optim.AdamW):
+    decoupled = True
+
+
+class LazySGD(LazyRowsMixin, torch.optim.SGD):
+    """SGD; sparse rows: theta_r -= lr (g_r + wd theta_r) for the rows r in the batch (no momentum)."""
+
+    def _sparse_step(self, group: dict, p: torch.Tensor, rows: torch.Tensor, g: torch.Tensor) -> None:
+        if group["momentum"]:
+            raise UserError("model.sparse_embeddings=true works with optimizer.momentum=0 only")
+        theta = p.index_select(0, rows)  # [R, m]
+        theta.add_(g.add(theta, alpha=group["weight_decay"]), alpha=-group["lr"])
+        p.index_copy_(0, rows, theta)
+
+
 def build_optimizer(module: nn.Module, cfg: OptimizerConfig):
     """Lightning's `configure_optimizers` return value for `cfg`."""
     groups = param_groups(module, cfg.weight_decay)
     if cfg.name == "sgd":
-        opt = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, fused=cfg.fused)
+        opt = LazySGD(groups, lr=cfg.lr, momentum=cfg.momentum, fused=cfg.fused)
     elif cfg.name == "adam":
-        opt = torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
+        opt = LazyAdam(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
     else:
-        opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
+        opt = LazyAdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
     if cfg.lr_decay == 0:
         return opt
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(cfg.lr_decay))

@@ -32,6 +32,7 @@ class NPLMConfig:
     direct: bool = True  # direct connections W x from the embeddings to the output
     activation: str = "tanh"  # tanh (the paper) or sigmoid (the lecture notes' variant)
     dropout: float = 0.0  # on the features
+    sparse_embeddings: bool = False  # row-sparse gradients for C: the optimizer updates only the rows in the batch
 
     @classmethod
     def from_dict(cls, d: dict) -> "NPLMConfig":
@@ -68,7 +69,7 @@ class NPLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         k, m, h = cfg.context_size, cfg.embed_dim, cfg.hidden_dim
-        self.C = nn.Embedding(vocab_size, m)
+        self.C = nn.Embedding(vocab_size, m, sparse=cfg.sparse_embeddings)
         self.H = nn.Linear(k * m, h) if h > 0 else None  # weight H, bias d
         self.act = ACTIVATIONS[cfg.activation]
         self.dropout = nn.Dropout(cfg.dropout)

@@ -1,0 +1,59 @@
+"""Lazy (row-sparse) updates of the embedding table C: `model.sparse_embeddings=true`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from nplm.optim import OptimizerConfig, build_optimizer
+from conftest import TOY_FAST
+
+
+def _two_tables(seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(seed)
+    dense = nn.Sequential(nn.Embedding(6, 3), nn.Linear(3, 2))
+    sparse = nn.Sequential(nn.Embedding(6, 3, sparse=True), nn.Linear(3, 2))
+    sparse.load_state_dict(dense.state_dict())
+    return dense, sparse
+
+
+def _train(module: nn.Module, cfg: OptimizerConfig, batches: list[torch.Tensor]) -> torch.Tensor:
+    opt = build_optimizer(module, cfg)
+    opt = opt["optimizer"] if isinstance(opt, dict) else opt
+    for ids in batches:
+        opt.zero_grad()
+        module(ids).pow(2).sum().backward()
+        opt.step()
+    return module[0].weight.detach()
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_lazy_update_equals_the_dense_one_when_every_row_is_in_every_batch(name):
+    dense, sparse = _two_tables()
+    cfg = OptimizerConfig(name=name, lr=0.05, weight_decay=0.01, fused=False)
+    batches = [torch.randperm(6) for _ in range(5)]  # every row, every step
+    torch.testing.assert_close(_train(sparse, cfg, batches), _train(dense, cfg, batches), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(sparse[1].weight, dense[1].weight, atol=1e-6, rtol=1e-5)  # dense params as before
+
+
+def test_rows_outside_the_batch_do_not_move_under_lazy_adam():
+    dense, sparse = _two_tables()
+    before = sparse[0].weight.detach().clone()
+    cfg = OptimizerConfig(name="adam", lr=0.05, weight_decay=0.01)
+    batches = [torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([2])]
+    after_sparse = _train(sparse, cfg, batches)
+    assert torch.equal(after_sparse[3:], before[3:])  # never in a batch
+    assert torch.equal(after_sparse[:3].ne(before[:3]).all(dim=1), torch.tensor([True, True, True]))
+    # dense Adam keeps moving rows 0 and 1 in step 3 on momentum; lazy Adam does not
+    assert not torch.allclose(_train(dense, cfg, batches)[:2], after_sparse[:2])
+
+
+def test_training_with_sparse_embeddings_matches_dense_sgd(run_train, tmp_path):
+    """Plain SGD without weight decay: the lazy update of C is the dense one exactly (a zero gradient
+    row does not move), so whole runs agree."""
+    sgd = ["optimizer=sgd", "optimizer.lr=0.5", "optimizer.weight_decay=0", "optimizer.lr_decay=0"]
+    sparse = run_train(*TOY_FAST, *sgd, "model.sparse_embeddings=true", f"paths.output_dir={tmp_path / 's'}")
+    dense = run_train(*TOY_FAST, *sgd, f"paths.output_dir={tmp_path / 'd'}")
+    assert sparse["test/ppl"] == pytest.approx(dense["test/ppl"], rel=1e-5)
+    assert sparse["test/ppl"] < 20  # it learned: the toy corpus has 25 words
