@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SHARED_NLTK := $(abspath ../shared/data/nltk_data)
 export NLTK_DATA ?= $(if $(wildcard $(SHARED_NLTK)),$(SHARED_NLTK),)
 
-.PHONY: install train test bench clean
+.PHONY: install train test bench replicate-bengio2003 clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,10 @@ test: install
 
 bench: install
 	$(BIN)/python experiments/bench/bench.py
+
+# Bengio et al. (2003) Table 1: runs the rows not yet done (resumable), rewrites experiments/bengio2003/README.md.
+replicate-bengio2003: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/bengio2003/run.py
 
 clean:
 	rm -rf $(VENV) outputs

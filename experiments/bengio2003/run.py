@@ -1,0 +1,223 @@
+"""Bengio et al. (2003), Table 1 (Brown): every row, trained or counted here, beside the published numbers.
+
+    make replicate-bengio2003                    # = python experiments/bengio2003/run.py
+    python experiments/bengio2003/run.py --recipes modern --rows mlp1,mlp3 --threads 2
+    python experiments/bengio2003/run.py --report-only
+
+Runs what is missing and skips what is done, row by row: the n-gram baselines (deleted-interpolation
+trigram, modified Kneser-Ney back-off n = 3/4/5, class-based back-off n = 3 with 150-2000 Brown
+classes) and the networks MLP1/3/5/7/9 under two recipes, `paper` (conf/experiment/bengio2003/paper.yaml)
+and `modern` (modern.yaml). A killed network run resumes from its last checkpoint. Each finished
+network is mixed 0.5/0.5 with the interpolated trigram (the even MLP rows) and with an EM-fitted
+weight (`nplm.mixture`). Each row's result is a small JSON file in experiments/bengio2003/results/
+(committed); the README's tables are written from those files only. Runs live in outputs/bengio2003/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RESULTS = HERE / "results"
+OUT = ROOT / "outputs" / "bengio2003"
+
+# Table 1 of Bengio et al. (2003): (valid, test) perplexity as published.
+NETWORKS = {  # row: (n, h, m, direct, published alone, published mixed with the trigram, mixed row's name)
+    "mlp1": (5, 50, 60, True, (284, 268), (275, 257), "MLP2"),
+    "mlp3": (5, 0, 60, True, (327, 310), (286, 272), "MLP4"),
+    "mlp5": (5, 50, 30, True, (296, 279), (273, 259), "MLP6"),
+    "mlp7": (3, 50, 30, True, (309, 293), (284, 270), "MLP8"),
+    "mlp9": (5, 100, 30, False, (280, 276), (265, 252), "MLP10"),
+}
+NGRAMS = {  # key: (label, published (valid, test))
+    "interpolated-trigram": ("Deleted-interpolation trigram", (352, 336)),
+    "kn3-backoff": ("Kneser-Ney back-off, n=3", (334, 323)),
+    "kn4-backoff": ("Kneser-Ney back-off, n=4", (332, 321)),
+    "kn5-backoff": ("Kneser-Ney back-off, n=5", (332, 321)),
+    "kn5": ("Kneser-Ney interpolated, n=5 (not in the paper)", None),
+    **{f"class{c}": (f"class-based back-off, n=3, {c} classes", pub)
+       for c, pub in ((150, (348, 334)), (200, (354, 340)), (500, (326, 312)), (1000, (335, 319)),
+                      (2000, (343, 326)))},
+}
+RECIPES = ("paper", "modern")
+DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
+
+
+def brown():
+    """The `corpus=brown` DataModule of conf/corpus/brown.yaml (NLTK_DATA or paths.data_dir)."""
+    from hydra import compose, initialize_config_dir
+
+    from nplm.data.datamodule import LMDataModule
+    from nplm.train import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["corpus=brown"])
+    dm = LMDataModule(dict(cfg.corpus), 4, 1, 1024, data_dir=DATA_DIR)
+    dm.setup()
+    return dm
+
+
+def machine() -> str:
+    import torch
+
+    return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads"
+
+
+def count_ngrams(keys: list[str]) -> None:
+    """Fit each missing n-gram row on train and write its valid/test perplexity."""
+    from nplm.mixture import build_ngram, ngram_log_probs, perplexity
+    from nplm.ngram import ClassNgram
+
+    todo = [k for k in keys if not (RESULTS / f"ngram-{k}.json").exists()]
+    if not todo:
+        return
+    dm = brown()
+    for key in todo:
+        start = time.perf_counter()
+        if key.startswith("class"):
+            model = ClassNgram(order=3, num_classes=int(key[5:]), interpolate=False).fit(dm.ids["train"], len(dm.vocab))
+        else:
+            model = build_ngram(key, dm)
+        fit_s = time.perf_counter() - start
+        result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
+                  "command": f"python experiments/bengio2003/run.py --rows {key}",
+                  **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
+        (RESULTS / f"ngram-{key}.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
+
+
+def train_network(recipe: str, row: str, threads: int) -> None:
+    """Train (or resume) one network row, then mix it with the interpolated trigram."""
+    from nplm.mixture import mix
+
+    result_path = RESULTS / f"{recipe}-{row}.json"
+    if result_path.exists():
+        print(f"{recipe}/{row}: done, skipping")
+        return
+    run_dir = OUT / recipe / row
+    experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
+    command = ["nplm-train", f"experiment={experiment}", f"threads={threads}", f"hydra.run.dir={run_dir}"]
+    if (run_dir / "checkpoints" / "last.ckpt").exists():
+        command.append(f"resume={run_dir}")
+    print(f"{recipe}/{row}: {' '.join(command)}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir.parent / f"{row}.log", "a") as log:
+        code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    record = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
+    if code != 0 or record.get("status") != "finished":
+        print(f"{recipe}/{row}: exit {code}, status {record.get('status')}; see {run_dir.parent / f'{row}.log'}")
+        return
+    mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
+    history = record["history"]
+    result = {"row": row, "recipe": recipe, "command": " ".join(command[:2]),
+              "machine": f"{record['machine']['platform']}, {record['machine']['cpus']} CPUs, "
+                         f"{record['machine']['torch_threads']} torch threads",
+              "git_commit": record["git_commit"], "epochs": len(history),
+              "best_epoch": 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"]),
+              "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
+              "wall_time_s": round(record["wall_time_s"]), "mixture": mixed,
+              "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
+    result_path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{recipe}/{row}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
+          f"{mixed['test']['mix_fixed']:.1f}", flush=True)
+
+
+# -- the README ------------------------------------------------------------------------------------
+def _load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _pair(valid: float | None, test: float | None) -> str:
+    return "" if valid is None else f"{valid:.0f} / {test:.0f}"
+
+
+def tables() -> str:
+    lines = ["| row | n | h | m | direct | mix | published valid / test | `paper` recipe | `modern` recipe |",
+             "|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    for row, (n, h, m, direct, alone, mixed, mixed_name) in NETWORKS.items():
+        runs = {r: _load(f"{r}-{row}") for r in RECIPES}
+        cells = [_pair(runs[r]["valid"], runs[r]["test"]) if runs[r] else "" for r in RECIPES]
+        lines.append(f"| {row.upper()} | {n} | {h} | {m} | {'yes' if direct else 'no'} | no | {_pair(*alone)} | "
+                     + " | ".join(cells) + " |")
+        cells = [_pair(runs[r]["mixture"]["valid"]["mix_fixed"], runs[r]["mixture"]["test"]["mix_fixed"])
+                 if runs[r] else "" for r in RECIPES]
+        lines.append(f"| {mixed_name} | {n} | {h} | {m} | {'yes' if direct else 'no'} | yes | {_pair(*mixed)} | "
+                     + " | ".join(cells) + " |")
+    for key, (label, published) in NGRAMS.items():
+        got = _load(f"ngram-{key}")
+        lines.append(f"| {label} | | | | | | {_pair(*published) if published else ''} | "
+                     f"{_pair(got['valid'], got['test']) if got else ''} | |")
+    lines += ["", "Mixture weights fitted by EM on validation (network share w; 0.5/0.5 above):", "",
+              "| row | recipe | w | valid | test | network alone, test |", "|---|---|---:|---:|---:|---:|"]
+    runs_table = ["| row | recipe | epochs | best epoch | train s/epoch | wall time (min) | command | machine |",
+                  "|---|---|---:|---:|---:|---:|---|---|"]
+    for row in NETWORKS:
+        for recipe in RECIPES:
+            got = _load(f"{recipe}-{row}")
+            if not got:
+                continue
+            mixed = got["mixture"]
+            lines.append(f"| {row.upper()} | {recipe} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
+                         f"{mixed['test']['mix_em']:.1f} | {got['test']:.1f} |")
+            runs_table.append(f"| {row.upper()} | {recipe} | {got['epochs']} | {got['best_epoch']} | "
+                              f"{got['train_s_per_epoch']:.0f} | {got['wall_time_s'] / 60:.0f} | `{got['command']}` | "
+                              f"{got['machine']} |")
+    return "\n".join(lines + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n"
+
+
+def conclusions() -> str:
+    """The paper's two claims, checked on our numbers where the rows exist."""
+    ngram_tests = {k: r["test"] for k in NGRAMS if (r := _load(f"ngram-{k}"))}
+    out = []
+    for recipe in RECIPES:
+        nets = {row: r for row in NETWORKS if (r := _load(f"{recipe}-{row}"))}
+        if not nets or not ngram_tests:
+            continue
+        best_row = min(nets, key=lambda row: nets[row]["test"])
+        best_ngram = min(ngram_tests, key=ngram_tests.get)
+        gain = 1 - nets[best_row]["test"] / ngram_tests[best_ngram]
+        helps = sum(r["mixture"]["test"]["mix_fixed"] < r["test"] for r in nets.values())
+        out.append(f"- `{recipe}`: best network {best_row.upper()} test {nets[best_row]['test']:.1f} vs best n-gram "
+                   f"({best_ngram}) {ngram_tests[best_ngram]:.1f}: {100 * gain:+.1f}% (paper: networks beat the best "
+                   f"n-gram by >= 15%). Mixing with the trigram lowers test perplexity for {helps} of {len(nets)} networks.")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipes", default=",".join(RECIPES), help="paper,modern (default both)")
+    parser.add_argument("--rows", default="", help="comma-separated: mlp1..mlp9 and n-gram keys (default all)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per network run (default 2)")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS]
+    unknown = sorted(set(chosen) - set(NGRAMS) - set(NETWORKS))
+    recipes = args.recipes.split(",")
+    if unknown or set(recipes) - set(RECIPES):
+        raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are {', '.join([*NGRAMS, *NETWORKS])}, "
+                         f"recipes {', '.join(RECIPES)}")
+    if not args.report_only:
+        count_ngrams([k for k in chosen if k in NGRAMS])
+        for recipe in recipes:
+            for row in (r for r in chosen if r in NETWORKS):
+                train_network(recipe, row, args.threads)
+    intro = (HERE / "INTRO.md").read_text()
+    (HERE / "README.md").write_text(intro + "\n" + tables())
+    print(tables())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("WANDB_MODE", "offline")
+    main()
