@@ -106,17 +106,20 @@ def train_network(recipe: str, row: str, threads: int) -> None:
     run_dir = OUT / recipe / row
     experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
     command = ["nplm-train", f"experiment={experiment}", f"threads={threads}", f"hydra.run.dir={run_dir}"]
-    if (run_dir / "checkpoints" / "last.ckpt").exists():
-        command.append(f"resume={run_dir}")
-    print(f"{recipe}/{row}: {' '.join(command)}", flush=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir.parent / f"{row}.log", "a") as log:
-        code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT).returncode
-    record = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
-    if code != 0 or record.get("status") != "finished":
-        print(f"{recipe}/{row}: exit {code}, status {record.get('status')}; see {run_dir.parent / f'{row}.log'}")
-        return
+    record_path = run_dir / "metrics.json"
+    if not (record_path.exists() and json.loads(record_path.read_text())["status"] == "finished"):
+        if (run_dir / "checkpoints" / "last.ckpt").exists():
+            command.append(f"resume={run_dir}")
+        print(f"{recipe}/{row}: {' '.join(command)}", flush=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir.parent / f"{row}.log", "a") as log:
+            code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT).returncode
+        status = json.loads(record_path.read_text())["status"] if record_path.exists() else "missing"
+        if code != 0 or status != "finished":
+            print(f"{recipe}/{row}: exit {code}, status {status}; see {run_dir.parent / f'{row}.log'}")
+            return
+    record = json.loads(record_path.read_text())
     mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
     history = record["history"]
     result = {"row": row, "recipe": recipe, "command": " ".join(command[:2]),

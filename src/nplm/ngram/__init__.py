@@ -8,17 +8,20 @@
 |-------------------------------|-------------------|--------------------------------------------|
 | `KneserNey` (orders 1-5)      | `kneser_ney.py`   | modified KN, Chen & Goodman (1998)         |
 | `DeletedInterpolationTrigram` | `interpolated.py` | Jelinek & Mercer (1980), Bengio et al. 2003 |
+| `ClassNgram`                  | `class_based.py`  | Brown et al. (1992), Bengio et al. 2003 s. 4 |
 | `write_arpa`                  | `arpa.py`         | ARPA back-off format                       |
 | `NgramCounts`                 | `counts.py`       | numpy k-gram tables and continuation counts |
 """
 
 from nplm.ngram.arpa import write_arpa
+from nplm.ngram.class_based import ClassNgram
 from nplm.ngram.counts import MAX_ORDER, NgramCounts, NgramLanguageModel, counts_of_counts, split_context
 from nplm.ngram.interpolated import DeletedInterpolationTrigram
 from nplm.ngram.kneser_ney import KneserNey, modified_kn_discounts
 
 __all__ = [
     "MAX_ORDER",
+    "ClassNgram",
     "DeletedInterpolationTrigram",
     "KneserNey",
     "NgramCounts",

@@ -116,6 +116,17 @@ def exchange(bg: Bigrams, order: np.ndarray, C: int, sweeps: int) -> np.ndarray:
     return assign
 
 
+def flat_classes(bg: Bigrams, counts: np.ndarray, C: int, sweeps: int) -> np.ndarray:
+    """Step 1 alone: the class [V] in 0..C-1 of every word, by `exchange` with the words visited most
+    frequent first (`counts` [V], ties by id); C >= V: every word its own class (arange(V)). Words
+    with no bigram (never in the stream) never move: they stay where the initialisation put them."""
+    V = len(counts)
+    if C >= V:
+        return np.arange(V)
+    order = np.argsort(-np.asarray(counts, dtype=np.float64), kind="stable")  # [V] most frequent first
+    return exchange(bg, order, C, sweeps)
+
+
 def _insertion_gain(M, NL, NR, r, l, s, nl, nr) -> np.ndarray:
     """[C] change of sum h(M) - sum h(NL) - sum h(NR) (h = x log x) when a word with successor class
     counts r [C], predecessor class counts l [C], s self-bigrams and totals nl, nr joins each class."""
@@ -199,8 +210,7 @@ def build(ctx, num_classes: int = 256, sweeps: int = 10, within: str = "huffman"
     C = min(int(num_classes), V)
     bg = Bigrams(ids, V)
     counts = np.asarray(ctx.counts, dtype=np.float64)  # [V]
-    order = np.argsort(-counts, kind="stable")  # [V] most frequent first
-    assign = exchange(bg, order, C, int(sweeps)) if C < V else np.arange(V)
+    assign = flat_classes(bg, counts, C, int(sweeps))
     merges: list[tuple[int, int]] = []
     codes = []
     for c in range(C):
