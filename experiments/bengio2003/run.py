@@ -72,10 +72,22 @@ def machine() -> str:
     return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads"
 
 
+def class_ngram(num_classes: int, dm):
+    """Back-off class trigram on exchange-algorithm classes; the within-class add-a smoothing of
+    P(w | c) chosen on validation from 0.5-8 (the classes are clustered once)."""
+    from nplm.mixture import ngram_log_probs, perplexity
+    from nplm.ngram import ClassNgram
+
+    train, V = dm.ids["train"], len(dm.vocab)
+    classes = ClassNgram(order=3, num_classes=num_classes).fit(train, V).classes
+    models = [ClassNgram(order=3, num_classes=num_classes, word_smoothing=a).fit(train, V, classes=classes)
+              for a in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
+
+
 def count_ngrams(keys: list[str]) -> None:
     """Fit each missing n-gram row on train and write its valid/test perplexity."""
     from nplm.mixture import build_ngram, ngram_log_probs, perplexity
-    from nplm.ngram import ClassNgram
 
     todo = [k for k in keys if not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
@@ -84,11 +96,12 @@ def count_ngrams(keys: list[str]) -> None:
     for key in todo:
         start = time.perf_counter()
         if key.startswith("class"):
-            model = ClassNgram(order=3, num_classes=int(key[5:]), interpolate=False).fit(dm.ids["train"], len(dm.vocab))
+            model = class_ngram(int(key[5:]), dm)
         else:
             model = build_ngram(key, dm)
         fit_s = time.perf_counter() - start
         result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
+                  "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
                   "command": f"python experiments/bengio2003/run.py --rows {key}",
                   **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
         (RESULTS / f"ngram-{key}.json").write_text(json.dumps(result, indent=1) + "\n")
