@@ -16,14 +16,12 @@ weight (`nplm.mixture`). Each row's result is a small JSON file in experiments/b
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from nplm.replication import load_result, run_summary, train_row, valid_test, write_result
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -104,7 +102,7 @@ def count_ngrams(keys: list[str]) -> None:
                   "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
                   "command": f"python experiments/bengio2003/run.py --rows {key}",
                   **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
-        (RESULTS / f"ngram-{key}.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_result(RESULTS, f"ngram-{key}", result)
         print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
 
 
@@ -112,50 +110,25 @@ def train_network(recipe: str, row: str, threads: int) -> None:
     """Train (or resume) one network row, then mix it with the interpolated trigram."""
     from nplm.mixture import mix
 
-    result_path = RESULTS / f"{recipe}-{row}.json"
-    if result_path.exists():
-        print(f"{recipe}/{row}: done, skipping")
+    name = f"{recipe}-{row}"
+    if load_result(RESULTS, name):
+        print(f"{name}: done, skipping")
         return
-    run_dir = OUT / recipe / row
     experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
-    command = ["nplm-train", f"experiment={experiment}", f"threads={threads}", f"hydra.run.dir={run_dir}"]
-    record_path = run_dir / "metrics.json"
-    if not (record_path.exists() and json.loads(record_path.read_text())["status"] == "finished"):
-        if (run_dir / "checkpoints" / "last.ckpt").exists():
-            command.append(f"resume={run_dir}")
-        print(f"{recipe}/{row}: {' '.join(command)}", flush=True)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with open(run_dir.parent / f"{row}.log", "a") as log:
-            code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
-                                  stderr=subprocess.STDOUT).returncode
-        status = json.loads(record_path.read_text())["status"] if record_path.exists() else "missing"
-        if code != 0 or status != "finished":
-            print(f"{recipe}/{row}: exit {code}, status {status}; see {run_dir.parent / f'{row}.log'}")
-            return
-    record = json.loads(record_path.read_text())
+    record = train_row(name, [f"experiment={experiment}"], OUT / recipe / row, threads)
+    if record is None:
+        return
     mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
-    history = record["history"]
-    result = {"row": row, "recipe": recipe, "command": " ".join(command[:2]),
-              "machine": f"{record['machine']['platform']}, {record['machine']['cpus']} CPUs, "
-                         f"{record['machine']['torch_threads']} torch threads",
-              "git_commit": record["git_commit"], "epochs": len(history),
-              "best_epoch": 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"]),
-              "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
-              "wall_time_s": round(record["wall_time_s"]), "mixture": mixed,
-              "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
-    result_path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{recipe}/{row}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
+    result = {"row": row, "recipe": recipe, **run_summary(record, f"nplm-train experiment={experiment}"),
+              "mixture": mixed}
+    write_result(RESULTS, name, result)
+    print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
           f"{mixed['test']['mix_fixed']:.1f}", flush=True)
 
 
 # -- the README ------------------------------------------------------------------------------------
 def _load(name: str) -> dict | None:
-    path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _pair(valid: float | None, test: float | None) -> str:
-    return "" if valid is None else f"{valid:.0f} / {test:.0f}"
+    return load_result(RESULTS, name)
 
 
 def tables() -> str:
@@ -163,17 +136,17 @@ def tables() -> str:
              "|---|---:|---:|---:|---|---|---:|---:|---:|"]
     for row, (n, h, m, direct, alone, mixed, mixed_name) in NETWORKS.items():
         runs = {r: _load(f"{r}-{row}") for r in RECIPES}
-        cells = [_pair(runs[r]["valid"], runs[r]["test"]) if runs[r] else "" for r in RECIPES]
-        lines.append(f"| {row.upper()} | {n} | {h} | {m} | {'yes' if direct else 'no'} | no | {_pair(*alone)} | "
+        cells = [valid_test(runs[r]["valid"], runs[r]["test"]) if runs[r] else "" for r in RECIPES]
+        lines.append(f"| {row.upper()} | {n} | {h} | {m} | {'yes' if direct else 'no'} | no | {valid_test(*alone)} | "
                      + " | ".join(cells) + " |")
-        cells = [_pair(runs[r]["mixture"]["valid"]["mix_fixed"], runs[r]["mixture"]["test"]["mix_fixed"])
+        cells = [valid_test(runs[r]["mixture"]["valid"]["mix_fixed"], runs[r]["mixture"]["test"]["mix_fixed"])
                  if runs[r] else "" for r in RECIPES]
-        lines.append(f"| {mixed_name} | {n} | {h} | {m} | {'yes' if direct else 'no'} | yes | {_pair(*mixed)} | "
+        lines.append(f"| {mixed_name} | {n} | {h} | {m} | {'yes' if direct else 'no'} | yes | {valid_test(*mixed)} | "
                      + " | ".join(cells) + " |")
     for key, (label, published) in NGRAMS.items():
         got = _load(f"ngram-{key}")
-        lines.append(f"| {label} | | | | | | {_pair(*published) if published else ''} | "
-                     f"{_pair(got['valid'], got['test']) if got else ''} | |")
+        lines.append(f"| {label} | | | | | | {valid_test(*published) if published else ''} | "
+                     f"{valid_test(got['valid'], got['test']) if got else ''} | |")
     lines += ["", "Mixture weights fitted by EM on validation (network share w; 0.5/0.5 above):", "",
               "| row | recipe | w | valid | test | network alone, test |", "|---|---|---:|---:|---:|---:|"]
     runs_table = ["| row | recipe | epochs | best epoch | train s/epoch | wall time (min) | command | machine |",

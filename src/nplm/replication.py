@@ -1,0 +1,72 @@
+"""What the paper-replication drivers (experiments/bengio2003, experiments/morin2005) share: train one
+row unless it is done, resuming a killed run, and summarise its run record for the result files.
+
+A row's run lives in its own folder (`hydra.run.dir`); a row is done when its metrics.json says
+"finished". The drivers write one small JSON result per row and build their README tables from
+those files only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_record(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / "metrics.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def train_row(name: str, overrides: list[str], run_dir: Path, threads: int) -> dict | None:
+    """`nplm-train *overrides` into `run_dir` (resumed from its last checkpoint if a run was killed),
+    unless it already finished; returns the finished run record, or None (with a message) if it failed.
+    Its output is appended to `<run_dir>.log`."""
+    record = read_record(run_dir)
+    if record is None or record.get("status") != "finished":
+        command = ["nplm-train", *overrides, f"threads={threads}", f"hydra.run.dir={run_dir}"]
+        if (Path(run_dir) / "checkpoints" / "last.ckpt").exists():
+            command.append(f"resume={run_dir}")
+        print(f"{name}: {' '.join(command)}", flush=True)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        log_path = Path(f"{run_dir}.log")
+        with open(log_path, "a") as log:
+            code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT).returncode
+        record = read_record(run_dir)
+        status = record["status"] if record else "missing"
+        if code != 0 or status != "finished":
+            print(f"{name}: exit {code}, status {status}; see {log_path}", flush=True)
+            return None
+    return record
+
+
+def run_summary(record: dict, command: str) -> dict:
+    """The figures a replication table reports about one finished run."""
+    history = record["history"]
+    machine = record["machine"]
+    return {"command": command, "git_commit": record["git_commit"],
+            "machine": f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads",
+            "epochs": len(history),
+            "best_epoch": 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"]),
+            "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
+            "wall_time_s": round(record["wall_time_s"]),
+            "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
+
+
+def load_result(results: Path, name: str) -> dict | None:
+    path = Path(results) / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_result(results: Path, name: str, result: dict) -> None:
+    Path(results).mkdir(parents=True, exist_ok=True)
+    (Path(results) / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def valid_test(valid: float | None, test: float | None, digits: int = 0) -> str:
+    """A "valid / test" table cell; empty when the row has not been run."""
+    return "" if valid is None else f"{valid:.{digits}f} / {test:.{digits}f}"
