@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from pathlib import Path
 
-from nplm.replication import load_result, run_summary, train_row, valid_test, write_result
+from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary, train_row,
+                              valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -47,40 +47,6 @@ NGRAMS = {  # key: (label, published (valid, test))
                       (2000, (343, 326)))},
 }
 RECIPES = ("paper", "modern")
-DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
-
-
-def brown():
-    """The `corpus=brown` DataModule of conf/corpus/brown.yaml (NLTK_DATA or paths.data_dir)."""
-    from hydra import compose, initialize_config_dir
-
-    from nplm.data.datamodule import LMDataModule
-    from nplm.train import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["corpus=brown"])
-    dm = LMDataModule(dict(cfg.corpus), 4, 1, 1024, data_dir=DATA_DIR)
-    dm.setup()
-    return dm
-
-
-def machine() -> str:
-    import torch
-
-    return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads"
-
-
-def class_ngram(num_classes: int, dm):
-    """Back-off class trigram on exchange-algorithm classes; the within-class add-a smoothing of
-    P(w | c) chosen on validation from 0.5-8 (the classes are clustered once)."""
-    from nplm.mixture import ngram_log_probs, perplexity
-    from nplm.ngram import ClassNgram
-
-    train, V = dm.ids["train"], len(dm.vocab)
-    classes = ClassNgram(order=3, num_classes=num_classes).fit(train, V).classes
-    models = [ClassNgram(order=3, num_classes=num_classes, word_smoothing=a).fit(train, V, classes=classes)
-              for a in (0.5, 1.0, 2.0, 4.0, 8.0)]
-    return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
 
 
 def count_ngrams(keys: list[str]) -> None:
@@ -90,7 +56,7 @@ def count_ngrams(keys: list[str]) -> None:
     todo = [k for k in keys if not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
         return
-    dm = brown()
+    dm = corpus_datamodule(["corpus=brown"])
     for key in todo:
         start = time.perf_counter()
         if key.startswith("class"):

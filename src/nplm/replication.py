@@ -9,11 +9,47 @@ those files only.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
+
+
+def corpus_datamodule(overrides: list[str]):
+    """The set-up DataModule of the corpus that `nplm-train *overrides` would train on."""
+    from hydra import compose, initialize_config_dir
+
+    from nplm.data.datamodule import LMDataModule
+    from nplm.train import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    dm = LMDataModule(dict(cfg.corpus), cfg.model.context_size, 1, 1024, data_dir=DATA_DIR)
+    dm.setup()
+    return dm
+
+
+def class_ngram(num_classes: int, dm, order: int = 3):
+    """Back-off class n-gram on exchange-algorithm classes; the within-class add-a smoothing of
+    P(w | c) chosen on validation from 0.5-8 (the classes are clustered once)."""
+    from nplm.mixture import ngram_log_probs, perplexity
+    from nplm.ngram import ClassNgram
+
+    train, V = dm.ids["train"], len(dm.vocab)
+    classes = ClassNgram(order=order, num_classes=num_classes).fit(train, V).classes
+    models = [ClassNgram(order=order, num_classes=num_classes, word_smoothing=a).fit(train, V, classes=classes)
+              for a in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
+
+
+def machine() -> str:
+    import torch
+
+    return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads"
 
 
 def read_record(run_dir: Path) -> dict | None:
