@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SHARED_NLTK := $(abspath ../shared/data/nltk_data)
 export NLTK_DATA ?= $(if $(wildcard $(SHARED_NLTK)),$(SHARED_NLTK),)
 
-.PHONY: install train test bench replicate-bengio2003 clean
+.PHONY: install train test bench replicate-bengio2003 replicate-morin2005 clean
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ bench: install
 # Bengio et al. (2003) Table 1: runs the rows not yet done (resumable), rewrites experiments/bengio2003/README.md.
 replicate-bengio2003: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/bengio2003/run.py
+
+# Morin & Bengio (2005) Tables 1-3: timing, n-grams, every output layer and tree; writes experiments/morin2005/README.md.
+replicate-morin2005: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/morin2005/run.py
 
 clean:
 	rm -rf $(VENV) outputs
