@@ -1,0 +1,58 @@
+"""The paper-replication pieces: experiment files with the papers' shapes, and rows run once."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TOY_FAST, compose_cfg
+
+from nplm.replication import run_summary, train_row, valid_test
+
+# Bengio et al. (2003), Table 1: (context words n-1, h, m, direct)
+TABLE1 = {"mlp1": (4, 50, 60, True), "mlp3": (4, 0, 60, True), "mlp5": (4, 50, 30, True),
+          "mlp7": (2, 50, 30, True), "mlp9": (4, 100, 30, False)}
+
+
+@pytest.mark.parametrize("row", TABLE1)
+def test_bengio2003_rows_have_the_papers_shapes_and_recipes(tmp_path, row):
+    paper = compose_cfg(tmp_path, f"experiment=bengio2003/{row}")
+    m = paper.model
+    assert (m.context_size, m.hidden_dim, m.embed_dim, m.direct) == TABLE1[row]
+    assert (paper.corpus.name, paper.head.name, paper.optimizer.name) == ("brown", "softmax", "sgd")
+    assert paper.optimizer.lr == pytest.approx(1e-3 * paper.data.batch_size)  # eps_0 per example x batch
+    assert paper.optimizer.weight_decay == 1e-4
+    modern = compose_cfg(tmp_path, f"experiment=[bengio2003/{row},bengio2003/modern]")
+    assert (modern.model.context_size, modern.model.hidden_dim, modern.model.embed_dim) == TABLE1[row][:3]
+    assert (modern.head.name, modern.optimizer.name, modern.model.dropout) == ("adaptive", "adam", 0.5)
+
+
+def test_morin2005_protocol(tmp_path):
+    cfg = compose_cfg(tmp_path, "experiment=morin2005/hierarchical", "tree=huffman")
+    assert (cfg.corpus.max_vocab, cfg.corpus.train_size, cfg.corpus.valid_size) == (10000, 900000, 100000)
+    assert (cfg.head.name, cfg.tree.name) == ("hierarchical", "huffman")
+    assert compose_cfg(tmp_path, "experiment=morin2005/importance_sampling").head.name == "importance_sampling"
+
+
+def test_a_row_is_trained_once_and_summarised(tmp_path):
+    run_dir = tmp_path / "row"
+    overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
+    record = train_row("toy", overrides, run_dir, threads=1)
+    assert record["status"] == "finished"
+    stamp = (run_dir / "metrics.json").stat().st_mtime_ns
+    assert train_row("toy", overrides, run_dir, threads=1) == record  # done: not trained again
+    assert (run_dir / "metrics.json").stat().st_mtime_ns == stamp
+    summary = run_summary(record, "nplm-train corpus=toy")
+    assert summary["epochs"] == 2 and summary["test"] == pytest.approx(record["metrics"]["test/ppl"])
+    assert summary["valid"] == pytest.approx(min(r["val/ppl"] for r in record["history"]))
+
+
+def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
+    run_dir = tmp_path / "bad"
+    assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None
+    assert "bad: exit 2" in capsys.readouterr().out
+    assert "model.context_size=0 must be >= 1" in (tmp_path / "bad.log").read_text()
+
+
+def test_valid_test_cell():
+    assert valid_test(284.44, 268.0) == "284 / 268"
+    assert valid_test(None, None) == ""
+    assert valid_test(1.26, 2.5, 1) == "1.3 / 2.5"
