@@ -35,8 +35,10 @@ TRAIN = markov_stream(600, seed=1)
 VALID = np.concatenate([markov_stream(300, seed=2), [UNK, 10, UNK, 3]])  # ends with unseen words/contexts
 
 
-def reference_kn(train, n: int, vocab: int, interpolate: bool):
-    """Modified Kneser-Ney from the equations with Counters and dicts (no numpy): p(history, w)."""
+def reference_kn(train, n: int, vocab: int, interpolate: bool, min_counts=None):
+    """Modified Kneser-Ney from the equations with Counters and dicts (no numpy): p(history, w).
+    `min_counts` [n]: k-grams with level count below min_counts[k-1] are dropped (they back off)."""
+    cutoff = [1] + list(min_counts or [1] * n)  # cutoff[k] for order k
     train = [int(x) for x in train]
     level = {n: Counter(tuple(train[i:i + n]) for i in range(len(train) - n + 1))}
     for k in range(1, n):
@@ -69,11 +71,16 @@ def reference_kn(train, n: int, vocab: int, interpolate: bool):
         gamma = sum(disc[k][min(c, 3)] for c in f.values()) / total
         c = f.get(w, 0)
         lower = (lambda x: 1.0 / vocab) if k == 1 else (lambda x: p(h[1:], x))
+        kept = [x for x, cx in f.items() if cx >= cutoff[k]]
+        dropped = sum(cx - disc[k][min(cx, 3)] for cx in f.values() if cx < cutoff[k]) / total
         if interpolate or k == 1:
-            return max(c - disc[k][min(c, 3)], 0) / total + gamma * lower(w)
-        if c > 0:
-            return (c - disc[k][min(c, 3)]) / total / ((1 - gamma) if len(f) == vocab else 1.0)
-        return gamma / (1.0 - sum(lower(x) for x in f)) * lower(w)
+            if c >= cutoff[k]:
+                return (c - disc[k][min(c, 3)]) / total + gamma * lower(w)
+            bow = gamma + (dropped / (1.0 - sum(lower(x) for x in kept)) if dropped else 0.0)
+            return bow * lower(w)
+        if c >= cutoff[k]:
+            return (c - disc[k][min(c, 3)]) / total / ((1 - gamma) if len(kept) == vocab else 1.0)
+        return (gamma + dropped) / (1.0 - sum(lower(x) for x in kept)) * lower(w)
 
     return p
 
@@ -173,6 +180,68 @@ def test_vectorised_score_equals_a_naive_per_token_computation(order, interpolat
     assert model.perplexity(VALID) == pytest.approx(math.exp(-naive_score(ref, order, VALID).mean()), rel=1e-10)
 
 
+@pytest.mark.parametrize("interpolate", [True, False])
+@pytest.mark.parametrize("order", [3, 4, 5])
+@pytest.mark.parametrize("min_counts", ["srilm", (1, 2, 3, 2, 2)])
+def test_count_cutoffs_keep_every_distribution_normalised_and_match_the_reference(order, interpolate, min_counts):
+    cutoffs = min_counts if isinstance(min_counts, str) else min_counts[:order]
+    model = KneserNey(order, interpolate, min_counts=cutoffs).fit(TRAIN, V)
+    assert all((~model.kept[k]).any() for k in range(3, order + 1))  # something was dropped at every order >= 3
+    contexts = {tuple(TRAIN[i:i + order - 1]) for i in range(len(TRAIN) - order + 2)}
+    contexts |= {(UNK,) * (order - 1), (), (3,)}
+    worst = max(abs(math.fsum(np.exp(model.log_probs_for_context(list(c)))) - 1.0) for c in contexts)
+    assert worst < 1e-9
+    ref = reference_kn(TRAIN, order, V, interpolate, model.min_counts)
+    assert np.abs(model.score(VALID, TRAIN) - naive_score(ref, order, VALID, TRAIN[-(order - 1):])).max() < 1e-10
+    assert np.abs(model.score(TRAIN[:200]) - naive_score(ref, order, TRAIN[:200])).max() < 1e-10
+
+
+def test_a_dropped_singleton_trigram_scores_its_back_off_value():
+    # trigrams of HAND: (1 1 4) twice, 13 others once, so n1 = 13, n2 = 1, n3 = n4 = 0: Y = 13/15,
+    # D1 = 1 - 2 Y / 13 = 13/15, D2 and D3+ undefined -> fallback 1 and 1.5 (counts before the cutoff)
+    full = KneserNey(3, interpolate=False).fit(HAND, 5)
+    cut = KneserNey(3, interpolate=False, min_counts="srilm").fit(HAND, 5)
+    assert cut.min_counts == (1, 1, 2) and cut.name == "kn3_backoff_min1-1-2"
+    assert cut.discounts[3] == pytest.approx([13 / 15, 1.0, 1.5], abs=1e-12)
+    assert all(np.array_equal(a, b) for a, b in zip(cut.discounts[1:], full.discounts[1:]))
+    # the bigram level (cutoff 1, continuation counts of all trigrams) is unchanged
+    p2 = np.exp(cut.log_probs_for_context([1]))  # [5] p_2(w | 1)
+    assert np.allclose(p2, np.exp(full.log_probs_for_context([1])), atol=1e-15)
+    # history (1 1): followed by 4 twice (kept) and by 1 once (dropped); c(1 1 .) = 3
+    gamma = (Fraction(13, 15) + 1) / 3  # D1 N1 + D2 N2 over c(1 1 .) = 28/45
+    dropped = (1 - Fraction(13, 15)) / 3  # R: the dropped singleton's undiscounted share = 2/45
+    assert gamma + dropped == 1 - Fraction(2 - 1, 3)  # all that p(4 | 1 1) = (2 - D2) / 3 leaves
+    bow = float(gamma + dropped) / (1.0 - p2[4])
+    p = np.exp(cut.log_probs_for_context([1, 1]))
+    assert p[4] == pytest.approx(1 / 3, abs=1e-12)
+    assert p[1] == pytest.approx(bow * p2[1], abs=1e-12)  # the dropped singleton: the back-off value
+    assert p[2] == pytest.approx(bow * p2[2], abs=1e-12)  # as an unseen word
+    assert math.exp(full.log_probs_for_context([1, 1])[1]) == pytest.approx(2 / 45, abs=1e-12)  # kept: (1 - D1) / 3
+    assert p.sum() == pytest.approx(1.0, abs=1e-12)
+    interp = KneserNey(3, interpolate=True, min_counts="srilm").fit(HAND, 5)
+    pi = np.exp(interp.log_probs_for_context([1, 1]))
+    p2i = np.exp(interp.log_probs_for_context([1]))
+    assert pi[4] == pytest.approx(1 / 3 + float(gamma) * p2i[4], abs=1e-12)
+    assert pi[1] == pytest.approx((float(gamma) + float(dropped) / (1 - p2i[4])) * p2i[1], abs=1e-12)
+    assert cut.summary()["kept_ngrams_3"] == 1 and cut.summary()["min_counts"] == [1, 1, 2]
+
+
+def test_bad_min_counts_raise_one_line_user_errors():
+    for bad, message in [("sri", "min_counts='sri' is not a preset; use one of: srilm, None, or 3 integer cutoffs"),
+                         ((1, 1), "min_counts=(1, 1) must be 3 integer cutoffs >= 1, one per order 1..3"),
+                         ((2, 1, 2), "min_counts=(2, 1, 2) must be 3 integer cutoffs >= 1"),
+                         ((1, 0, 2), "min_counts=(1, 0, 2) must be 3 integer cutoffs >= 1"),
+                         ([1, 1, 2.5], "min_counts=[1, 1, 2.5] must be 3 integer cutoffs >= 1"),
+                         ((1, True, 2), "min_counts=(1, True, 2) must be 3 integer cutoffs >= 1"),
+                         (2, "min_counts=2 must be 3 integer cutoffs >= 1, one per order 1..3, the unigram one 1")]:
+        with pytest.raises(UserError) as err:
+            KneserNey(3, min_counts=bad)
+        assert message in str(err.value) and "\n" not in str(err.value)
+    assert KneserNey(5, min_counts=" SRILM ").min_counts == (1, 1, 2, 2, 2)
+    assert KneserNey(2, min_counts="srilm").min_counts == (1, 1)
+    assert KneserNey(3, min_counts=np.array([1, 3, 2])).min_counts == (1, 3, 2)
+
+
 def test_deleted_interpolation_em_raises_validation_likelihood_and_weights_are_distributions():
     model = DeletedInterpolationTrigram(bin_base=2.0).fit(TRAIN, VALID, V, valid_prefix=TRAIN[-2:])
     ll = model.valid_log_likelihood
@@ -212,9 +281,10 @@ def read_arpa(path):
     return sizes, entries
 
 
+@pytest.mark.parametrize("min_counts", [None, "srilm"])
 @pytest.mark.parametrize("interpolate", [False, True])
-def test_arpa_export_header_counts_and_log10_values(tmp_path, interpolate):
-    model = KneserNey(3, interpolate).fit(TRAIN, V)
+def test_arpa_export_header_counts_and_log10_values(tmp_path, interpolate, min_counts):
+    model = KneserNey(3, interpolate, min_counts=min_counts).fit(TRAIN, V)
     tokens = [f"w{i}" for i in range(V - 1)] + ["<unk>"]
     sizes = write_arpa(model, tokens, tmp_path / "kn3.arpa")
     header, entries = read_arpa(tmp_path / "kn3.arpa")
