@@ -148,6 +148,9 @@ def test_mix_on_a_contiguous_corpus_scores_every_token_with_the_same_history(run
                                                   valid_prefix=split_context(dm, "valid", 3))
     assert np.allclose(trigram.lambdas, reference.lambdas)
     assert isinstance(build_ngram("kn3-backoff", dm), KneserNey) and not build_ngram("kn3-backoff", dm).interpolate
+    assert build_ngram("kn3-backoff", dm).min_counts == (1, 1, 1)
+    srilm = build_ngram("KN3-backoff-srilm", dm)  # SRILM ngram-count's default cutoffs
+    assert isinstance(srilm, KneserNey) and not srilm.interpolate and srilm.min_counts == (1, 1, 2)
 
 
 def test_cli_prints_a_table_writes_json_and_rejects_user_mistakes(runs, tmp_path, capsys):

@@ -1,13 +1,17 @@
 """Count-based baselines on Brown: fit and scoring time, valid/test perplexity.
 
-Fits modified Kneser-Ney (orders 3, 4, 5; interpolated and back-off) and the deleted-interpolation
-trigram (lambdas by EM on the validation split) on the 800,000 training words of NLTK's Brown corpus
-(|V| = 17,905: words seen >= 4 times in the whole corpus, as Bengio et al. 2003), and scores the
-200,000 validation words and the test rest, each split's first words with the previous split's tail
-as history (the corpus is one contiguous text). Bengio et al. (2003), table 1, on their Brown split:
-deleted-interpolation trigram 336, back-off Kneser-Ney n = 3/4/5: 323/321/321 (test perplexity).
+Fits modified Kneser-Ney (orders 3, 4, 5; interpolated and back-off, each keeping every n-gram and with
+SRILM ngram-count's default count cutoffs, `min_counts="srilm"`: n-grams of order >= 3 seen once are
+dropped) and the deleted-interpolation trigram (lambdas by EM on the validation split) on the 800,000
+training words of NLTK's Brown corpus (|V| = 17,905: words seen >= 4 times in the whole corpus, as
+Bengio et al. 2003), and scores the 200,000 validation words and the test rest, each split's first
+words with the previous split's tail as history (the corpus is one contiguous text). Bengio et al.
+(2003), table 1, on their Brown split (|V| = 16,383), valid/test: deleted-interpolation trigram
+352/336, back-off Kneser-Ney (SRILM) n = 3/4/5: 334/323, 332/321, 332/321.
 
     OMP_NUM_THREADS=1 python experiments/bench/ngram_speed.py [--nltk-data /work/shared/data/nltk_data]
+
+Prints one row per model (times and perplexities), then the Kneser-Ney rows side by side.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import numpy as np
 from nplm.data.datamodule import LMDataModule
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context
 
-PAPER = {"deleted_interpolation3": 336, "kn3_backoff": 323, "kn4_backoff": 321, "kn5_backoff": 321}
+PAPER = {"deleted_interpolation3": (352, 336), 3: (334, 323), 4: (332, 321), 5: (332, 321)}  # (valid, test)
+ORDERS = (3, 4, 5)
+VARIANTS = [(False, None, "back-off"), (False, "srilm", "back-off, SRILM cutoffs"),
+            (True, None, "interpolated"), (True, "srilm", "interpolated, SRILM cutoffs")]
 
 
 def main() -> None:
@@ -37,10 +44,11 @@ def main() -> None:
     train, valid, test = (dm.ids[s].numpy() for s in ("train", "valid", "test"))
     print(f"Machine: {platform.machine()}, numpy {np.__version__}. Brown: |V| = {V:,}, train {len(train):,}, "
           f"valid {len(valid):,}, test {len(test):,} tokens (loaded in {time.perf_counter() - t0:.1f} s)\n")
-    print("| model | fit s | score valid s | valid ppl | test ppl | Bengio et al. 2003 test |")
+    print("| model | fit s | score valid s | valid ppl | test ppl | Bengio et al. 2003 valid / test |")
     print("|---|---|---|---|---|---|")
-    models = [KneserNey(n, interpolate) for interpolate in (True, False) for n in (3, 4, 5)]
+    models = [KneserNey(n, interpolate, min_counts=cutoffs) for interpolate, cutoffs, _ in VARIANTS for n in ORDERS]
     models.append(DeletedInterpolationTrigram())
+    ppl = {}  # (interpolate, cutoffs, n) -> (valid, test)
     for model in models:
         t0 = time.perf_counter()
         if isinstance(model, DeletedInterpolationTrigram):
@@ -53,8 +61,21 @@ def main() -> None:
         score_s = time.perf_counter() - t0
         lp_test = model.score(test, split_context(dm, "test", model.order))
         ppl_valid, ppl_test = math.exp(-lp_valid.mean()), math.exp(-lp_test.mean())
+        if isinstance(model, KneserNey):
+            cutoffs = None if model.min_counts == (1,) * model.order else "srilm"
+            ppl[model.interpolate, cutoffs, model.order] = (ppl_valid, ppl_test)
+            paper = PAPER[model.order] if not model.interpolate else None
+        else:
+            paper = PAPER[model.name]
         print(f"| {model.name} | {fit_s:.2f} | {score_s:.2f} | {ppl_valid:.1f} | {ppl_test:.1f} | "
-              f"{PAPER.get(model.name, '')} |", flush=True)
+              f"{'' if paper is None else '%d / %d' % paper} |", flush=True)
+
+    print("\nModified Kneser-Ney, valid / test perplexity (SRILM cutoffs: min_counts = (1, 1, 2, 2, 2)[:n])\n")
+    print("| n | " + " | ".join(label for *_, label in VARIANTS) + " | Bengio et al. 2003 back-off |")
+    print("|---|" + "---|" * (len(VARIANTS) + 1))
+    for n in ORDERS:
+        cells = ["%.1f / %.1f" % ppl[interpolate, cutoffs, n] for interpolate, cutoffs, _ in VARIANTS]
+        print(f"| {n} | " + " | ".join(cells) + " | %d / %d |" % PAPER[n])
 
 
 if __name__ == "__main__":

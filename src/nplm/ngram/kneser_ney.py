@@ -91,9 +91,11 @@ def check_min_counts(min_counts, order: int) -> tuple[int, ...]:
         values = tuple(min_counts)
     except TypeError:
         values = None
-    if (values is None or len(values) != order or values[0] != 1
-            or not all(isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= 1 for m in values)):
-        raise UserError(f"min_counts={min_counts!r} must be {order} integer cutoffs >= 1, one per order 1..{order}, "
+    if (values is None or len(values) != order
+            or not all(isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= 1 for m in values)
+            or values[0] != 1):
+        shown = " ".join(repr(min_counts.tolist() if isinstance(min_counts, np.ndarray) else min_counts).split())
+        raise UserError(f"min_counts={shown} must be {order} integer cutoffs >= 1, one per order 1..{order}, "
                         f"the unigram one 1 (e.g. {SRILM_MIN_COUNTS[:order]!r}, or 'srilm')")
     return tuple(int(m) for m in values)
 
