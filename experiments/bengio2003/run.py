@@ -38,9 +38,8 @@ NETWORKS = {  # row: (n, h, m, direct, published alone, published mixed with the
 }
 NGRAMS = {  # key: (label, published (valid, test))
     "interpolated-trigram": ("Deleted-interpolation trigram", (352, 336)),
-    "kn3-backoff": ("Kneser-Ney back-off, n=3", (334, 323)),
-    "kn4-backoff": ("Kneser-Ney back-off, n=4", (332, 321)),
-    "kn5-backoff": ("Kneser-Ney back-off, n=5", (332, 321)),
+    **{f"kn{n}-backoff-srilm": (f"Kneser-Ney back-off, n={n} (SRILM's default count cutoffs)", pub)
+       for n, pub in ((3, (334, 323)), (4, (332, 321)), (5, (332, 321)))},
     "kn5": ("Kneser-Ney interpolated, n=5 (not in the paper)", None),
     **{f"class{c}": (f"class-based back-off, n=3, {c} classes", pub)
        for c, pub in ((150, (348, 334)), (200, (354, 340)), (500, (326, 312)), (1000, (335, 319)),
