@@ -127,6 +127,11 @@ def test_mix_a_trained_toy_model_with_kn3(runs):
     lp = neural_log_probs(module, dm.windows["test"], batch_size=7)
     assert lp.shape == (result["tokens"]["test"],) and lp.dtype == np.float64
     assert perplexity(lp) == pytest.approx(result["test"]["neural"], rel=1e-9)
+    # the frequency bands cover every token once and their differences add up to ln(ppl_nn / ppl_ngram)
+    bands = result["test"]["by_train_count"]
+    assert sum(b["share"] for b in bands) == pytest.approx(1.0)
+    assert sum(b["log_ppl_difference"] for b in bands) == pytest.approx(
+        math.log(result["test"]["neural"] / result["test"]["ngram"]), rel=1e-9)
 
 
 def test_mix_on_a_contiguous_corpus_scores_every_token_with_the_same_history(runs):

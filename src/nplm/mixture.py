@@ -198,6 +198,7 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
         raise UserError(f"corpus '{data['corpus']['name']}' has no valid split to fit the mixture weight on")
     model = build_ngram(ngram, dm)
     scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    targets: dict[str, torch.Tensor] = {}
     for split in EVAL_SPLITS:
         if not dm.has_split(split):
             continue
@@ -207,6 +208,7 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
             raise RuntimeError(f"{split}: the neural model scores {len(neural)} tokens but the n-gram "
                                f"{len(baseline)}; they must score the same tokens")
         scores[split] = (neural, baseline)
+        targets[split] = split_targets(dm, split, model.order)[0]
     w_em = fit_mixture_weight(*scores["valid"])
     result = {"checkpoint": str(checkpoint_path), "corpus": data["corpus"]["name"], "ngram": ngram,
               "weights": {"fixed": weight, "em": w_em}}
@@ -215,9 +217,28 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
         if weight is not None:
             row["mix_fixed"] = perplexity(mix_log_probs(neural, baseline, weight))
         row["mix_em"] = perplexity(mix_log_probs(neural, baseline, w_em))
+        row["by_train_count"] = nll_by_train_count(neural, baseline, targets[split], module.vocab)
         result[split] = row
     result["tokens"] = {split: len(neural) for split, (neural, _) in scores.items()}
     return result
+
+
+COUNT_BANDS = ((0, 1), (1, 10), (10, 100), (100, 1000), (1000, None))  # training counts [lo, hi)
+
+
+def nll_by_train_count(neural: np.ndarray, baseline: np.ndarray, targets, vocab) -> list[dict]:
+    """Where the two models differ: mean NLL (nats) of each over the tokens whose word has a training
+    count in each band (`<unk>` apart), and that band's share of the log-perplexity difference
+    sum_band (nll_neural - nll_ngram) / L, so the shares add up to ln(ppl_neural / ppl_ngram)."""
+    targets = np.asarray(targets)  # [L]
+    counts = np.asarray(vocab.counts)[targets]  # [L] training count of each target word
+    unk = targets == vocab.index[vocab.unk] if vocab.unk is not None else np.zeros(len(targets), bool)
+    bands = [("<unk>", unk)] + [(f"{lo}-{hi - 1}" if hi else f">={lo}", ~unk & (counts >= lo) & (counts < (hi or np.inf)))
+                                for lo, hi in COUNT_BANDS]
+    return [{"band": name, "share": float(mask.mean()), "neural_nll": float(-neural[mask].mean()),
+             "ngram_nll": float(-baseline[mask].mean()),
+             "log_ppl_difference": float((baseline[mask] - neural[mask]).sum() / len(targets))}
+            for name, mask in bands if mask.any()]
 
 
 def format_table(result: dict) -> str:
@@ -233,7 +254,13 @@ def format_table(result: dict) -> str:
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(r, widths)))
              for r in [header] + rows]
-    return "\n".join([f"{result['corpus']}: perplexity, w = the neural model's weight", *lines])
+    out = [f"{result['corpus']}: perplexity, w = the neural model's weight", *lines]
+    for split in EVAL_SPLITS:
+        if split in result:
+            out += ["", f"{split}: mean NLL by the target word's training count (share of ln ppl difference)"]
+            out += [f"  {b['band']:>9s}  {100 * b['share']:5.1f}% of tokens  neural {b['neural_nll']:6.3f}  "
+                    f"n-gram {b['ngram_nll']:6.3f}  {b['log_ppl_difference']:+.4f}" for b in result[split]["by_train_count"]]
+    return "\n".join(out)
 
 
 @report_user_errors
