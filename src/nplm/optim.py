@@ -32,6 +32,7 @@ class OptimizerConfig:
     lr_decay: float = 0.0  # r in eps_t = eps_0 / (1 + r t), t counted in updates
     momentum: float = 0.0  # sgd only
     betas: tuple[float, float] = (0.9, 0.999)  # adam / adamw
+    eps: float = 1e-8  # adam / adamw: the denominator's floor, sqrt(v) + eps
     fused: bool = True  # one fused kernel per step (CPU and CUDA): ~3x faster updates at |V| = 17,905
 
     @classmethod
@@ -46,6 +47,8 @@ class OptimizerConfig:
             raise UserError(f"optimizer={cfg.name!r} is not one of: {', '.join(NAMES)}")
         if not cfg.lr > 0:
             raise UserError(f"optimizer.lr={cfg.lr} must be > 0 (try 1e-3)")
+        if not cfg.eps > 0:
+            raise UserError(f"optimizer.eps={cfg.eps} must be > 0 (Adam's default is 1e-8)")
         if cfg.weight_decay < 0 or cfg.lr_decay < 0:
             raise UserError("optimizer.weight_decay and optimizer.lr_decay must be >= 0")
         return cfg
@@ -142,9 +145,9 @@ def build_optimizer(module: nn.Module, cfg: OptimizerConfig):
     if cfg.name == "sgd":
         opt = LazySGD(groups, lr=cfg.lr, momentum=cfg.momentum, fused=cfg.fused)
     elif cfg.name == "adam":
-        opt = LazyAdam(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
+        opt = LazyAdam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
     else:
-        opt = LazyAdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=cfg.fused)
+        opt = LazyAdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
     if cfg.lr_decay == 0:
         return opt
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(cfg.lr_decay))
