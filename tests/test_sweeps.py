@@ -64,14 +64,17 @@ def test_submitit_local_executor_runs_the_sweep(tmp_path):
     assert [j["status"] for j in records(tmp_path / "s")] == ["finished", "finished"]
 
 
-def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
+@pytest.mark.parametrize("sparse", ["false", "true"])
+def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path, sparse):
     """2 ranks x batch 8 == 1 process x batch 16 (the ranks' batches are consecutive single-process
-    batches); only rank 0 writes the run folder."""
+    batches), also with row-sparse gradients of C (all-reduced, then lazy Adam); only rank 0 writes
+    the run folder."""
     words = " ".join(f"w{i % 23}" for i in range(131))  # 131 tokens - 3 context = 128 windows = 8 x 16
     (tmp_path / "t.txt").write_text(words)
     common = ["corpus=text_files", f"corpus.train={tmp_path / 't.txt'}", f"corpus.valid={tmp_path / 't.txt'}",
               "corpus.eos=false", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=8",
-              "trainer.max_epochs=3", "logger=none", "threads=1", "optimizer.lr=0.01"]
+              "trainer.max_epochs=3", "logger=none", "threads=1", "optimizer.lr=0.01",
+              f"model.sparse_embeddings={sparse}"]
     nplm_train(tmp_path, *common, "data.batch_size=16", f"hydra.run.dir={tmp_path / 'one'}")
     nplm_train(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8",
                f"hydra.run.dir={tmp_path / 'two'}")
