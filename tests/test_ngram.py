@@ -308,6 +308,22 @@ def test_arpa_export_header_counts_and_log10_values(tmp_path, interpolate, min_c
     assert np.abs(ours - np.array(theirs)).max() < 1e-7
 
 
+@pytest.mark.parametrize("order,interpolate,min_counts", [(3, False, None), (3, True, None), (4, False, "srilm"),
+                                                       (5, True, "srilm")])
+def test_kenlm_reads_our_arpa_file_and_scores_every_token_as_we_do(tmp_path, order, interpolate, min_counts):
+    """The optional check of an independent reader: KenLM (`pip install kenlm`, query only) loads the
+    exported file and its per-token log10 scores equal ours (KenLM stores float32)."""
+    kenlm = pytest.importorskip("kenlm")
+    model = KneserNey(order, interpolate, min_counts=min_counts).fit(TRAIN, V)
+    tokens = [f"w{i}" for i in range(V - 1)] + ["<unk>"]
+    write_arpa(model, tokens, tmp_path / "kn.arpa", sentence_markers=True)
+    lm = kenlm.Model(str(tmp_path / "kn.arpa"))
+    theirs = np.array([s[0] for s in lm.full_scores(" ".join(tokens[i] for i in VALID), bos=False, eos=False)])
+    ours = model.score(VALID) / math.log(10)  # [L] log10, the same truncated history at the start
+    assert theirs.shape == ours.shape
+    assert np.abs(theirs - ours).max() < 2e-5
+
+
 def test_split_context_follows_the_datamodule_contiguity(tmp_path):
     from nplm.data.datamodule import LMDataModule
 

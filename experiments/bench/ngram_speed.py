@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from nplm.data.datamodule import LMDataModule
-from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context
+from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context, write_arpa
 
 PAPER = {"deleted_interpolation3": (352, 336), 3: (334, 323), 4: (332, 321), 5: (332, 321)}  # (valid, test)
 ORDERS = (3, 4, 5)
@@ -76,6 +76,31 @@ def main() -> None:
     for n in ORDERS:
         cells = ["%.1f / %.1f" % ppl[interpolate, cutoffs, n] for interpolate, cutoffs, _ in VARIANTS]
         print(f"| {n} | " + " | ".join(cells) + " | %d / %d |" % PAPER[n])
+    kenlm_check(dm, test)
+
+
+def kenlm_check(dm, test) -> None:
+    """The optional independent check: KenLM reads our ARPA export of the 5-gram back-off model with
+    SRILM cutoffs and scores the test split; the largest per-token difference from our scores."""
+    try:
+        import kenlm
+    except ImportError:
+        print("\nKenLM check skipped: `pip install kenlm` (it builds from source) to run it.")
+        return
+    import tempfile
+    from pathlib import Path
+
+    model = KneserNey(5, interpolate=False, min_counts="srilm").fit(dm.ids["train"].numpy(), len(dm.vocab))
+    with tempfile.TemporaryDirectory() as tmp:
+        write_arpa(model, dm.vocab, Path(tmp) / "kn5.arpa", sentence_markers=True)
+        lm = kenlm.Model(str(Path(tmp) / "kn5.arpa"))
+    prefix = split_context(dm, "test", 5)  # the previous split's tail, scored but not compared
+    words = " ".join(dm.vocab.tokens[i] for i in np.concatenate([prefix, test]))
+    theirs = np.array([s[0] for s in lm.full_scores(words, bos=False, eos=False)])[len(prefix):]  # [L] log10
+    ours = model.score(test, prefix) / math.log(10)  # [L]
+    print(f"\nKenLM reading our ARPA export ({model.name}): test tokens {len(ours):,}, "
+          f"max |log10 p difference| {np.abs(theirs - ours).max():.2e}, KenLM perplexity "
+          f"{10 ** -theirs.mean():.2f} vs ours {math.exp(-model.score(test, prefix).mean()):.2f}")
 
 
 if __name__ == "__main__":
