@@ -93,7 +93,7 @@ class HierarchicalHead(Head):
             out = features.new_empty(I, B)
         if self.node_form == "logistic":
             return torch.addmm(self.b[:, None], self.q, features.T, out=out)  # [I, B]
-        Wf2 = 2 * self.W(features).T  # 2(c + W f): [h, B]
+        Wf2 = (2 * self.W(features)).T.contiguous()  # 2(c + W f): [h, B], B contiguous for the chunk products
         UN2 = 2 * self.U(self.N)  # 2 U N_n: [I, h]
         h = UN2.shape[1]
         product_form = max(Wf2.abs().max().item(), UN2.abs().max().item()) <= EXP_SAFE
