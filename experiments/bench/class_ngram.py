@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from nplm.data.datamodule import LMDataModule
 from nplm.ngram import ClassNgram, KneserNey, split_context
+from nplm.replication import corpus_datamodule
 
 PAPER = {150: 334, 200: 340, 500: 312, 1000: 319, 2000: 326}
 
@@ -41,9 +41,7 @@ def main() -> None:
                         choices=["backoff", "interpolated"])
     args = parser.parse_args()
     t0 = time.perf_counter()
-    dm = LMDataModule({"name": "brown", "nltk_data": args.nltk_data, "download": False, "train_size": 800000,
-                       "valid_size": 200000, "test_size": None, "vocab_from": "all", "min_count": 4}, 4, 8, 8)
-    dm.setup()
+    dm = corpus_datamodule(["corpus=brown", f"corpus.nltk_data={args.nltk_data}", "corpus.download=false"])
     V = len(dm.vocab)
     train, valid, test = (dm.ids[s].numpy() for s in ("train", "valid", "test"))
     counts = np.bincount(train, minlength=V)

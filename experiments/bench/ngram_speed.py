@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from nplm.data.datamodule import LMDataModule
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context, write_arpa
+from nplm.replication import corpus_datamodule
 
 PAPER = {"deleted_interpolation3": (352, 336), 3: (334, 323), 4: (332, 321), 5: (332, 321)}  # (valid, test)
 ORDERS = (3, 4, 5)
@@ -37,9 +37,7 @@ def main() -> None:
     parser.add_argument("--nltk-data", default="/work/shared/data/nltk_data")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    dm = LMDataModule({"name": "brown", "nltk_data": args.nltk_data, "download": False, "train_size": 800000,
-                       "valid_size": 200000, "test_size": None, "vocab_from": "all", "min_count": 4}, 4, 8, 8)
-    dm.setup()
+    dm = corpus_datamodule(["corpus=brown", f"corpus.nltk_data={args.nltk_data}", "corpus.download=false"])
     V = len(dm.vocab)
     train, valid, test = (dm.ids[s].numpy() for s in ("train", "valid", "test"))
     print(f"Machine: {platform.machine()}, numpy {np.__version__}. Brown: |V| = {V:,}, train {len(train):,}, "
