@@ -2,7 +2,8 @@
 
     python experiments/heads_trees/run.py [--epochs 2] [--threads 2] [--only softmax,hierarchical-huffman]
 
-Runs `nplm-train` for each variant that has no finished run yet (so it resumes where it stopped),
+Runs `nplm-train` for each variant that has no finished run yet (a killed run resumes from its last
+checkpoint),
 then writes `experiments/heads_trees/README.md` from the runs' own metrics.json: validation and test
 perplexity, training time per epoch, and tree statistics. Runs live in outputs/heads_trees/<variant>/.
 """
@@ -10,12 +11,11 @@ perplexity, training time per epoch, and tree statistics. Runs live in outputs/h
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import subprocess
-import sys
 from pathlib import Path
+
+from nplm.replication import read_record, train_row
+from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -35,37 +35,12 @@ VARIANTS = {
 }
 
 
-def wordnet_available() -> bool:
-    try:
-        import nltk
-
-        nltk.data.find("corpora/wordnet.zip/wordnet/")
-        return True
-    except LookupError:
-        return False
-
-
-def run_variant(name: str, overrides: list[str], epochs: int, threads: int) -> None:
-    run_dir = OUT / name
-    record = run_dir / "metrics.json"
-    if record.exists() and json.loads(record.read_text())["status"] == "finished":
-        print(f"{name}: done, skipping")
-        return
-    command = [sys.executable, "-m", "nplm.train", *COMMON, *overrides, f"trainer.max_epochs={epochs}",
-               f"threads={threads}", f"hydra.run.dir={run_dir}", "experiment_name=heads_trees"]
-    print(f"{name}: {' '.join(command[2:])}", flush=True)
-    with open(OUT / f"{name}.log", "w") as log:
-        result = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    print(f"{name}: exit {result.returncode}", flush=True)
-
-
 def table() -> str:
     rows, machine = [], None
     for name in VARIANTS:
-        record_path = OUT / name / "metrics.json"
-        if not record_path.exists():
+        record = read_record(OUT / name)
+        if record is None:
             continue
-        record = json.loads(record_path.read_text())
         if record["status"] != "finished":
             rows.append(f"| {name} | {record['status']} | | | | |")
             continue
@@ -94,10 +69,11 @@ def main() -> None:
     chosen = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
     if not args.report_only:
         for name in chosen:
-            if name == "hierarchical-wordnet" and not wordnet_available():
+            if name == "hierarchical-wordnet" and not wordnet_installed():
                 print("hierarchical-wordnet: skipped, NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
                 continue
-            run_variant(name, VARIANTS[name], args.epochs, args.threads)
+            train_row(name, [*COMMON, *VARIANTS[name], f"trainer.max_epochs={args.epochs}",
+                             "experiment_name=heads_trees"], OUT / name, args.threads)
     intro = (HERE / "INTRO.md").read_text() if (HERE / "INTRO.md").exists() else ""
     (HERE / "README.md").write_text(intro + "\n" + table())
     print(table())

@@ -104,6 +104,17 @@ def _depth(parent: list[int], g: int) -> int:
     return d
 
 
+def wordnet_installed() -> bool:
+    """Whether NLTK finds corpora/wordnet.zip on its search path (the drivers skip tree=wordnet rows otherwise)."""
+    import nltk
+
+    try:
+        nltk.data.find("corpora/wordnet.zip/wordnet/")
+        return True
+    except LookupError:
+        return False
+
+
 def open_wordnet(nltk_data: str | None, download_dir: str, download: bool):
     """NLTK's WordNet reader, or a one-line UserError saying how to install WordNet."""
     from nplm.data.sources import nltk_corpus_root
