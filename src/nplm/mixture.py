@@ -198,7 +198,6 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
         raise UserError(f"corpus '{data['corpus']['name']}' has no valid split to fit the mixture weight on")
     model = build_ngram(ngram, dm)
     scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    targets: dict[str, torch.Tensor] = {}
     for split in EVAL_SPLITS:
         if not dm.has_split(split):
             continue
@@ -208,7 +207,6 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
             raise RuntimeError(f"{split}: the neural model scores {len(neural)} tokens but the n-gram "
                                f"{len(baseline)}; they must score the same tokens")
         scores[split] = (neural, baseline)
-        targets[split] = split_targets(dm, split, model.order)[0]
     w_em = fit_mixture_weight(*scores["valid"])
     result = {"checkpoint": str(checkpoint_path), "corpus": data["corpus"]["name"], "ngram": ngram,
               "weights": {"fixed": weight, "em": w_em}}
@@ -217,7 +215,8 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
         if weight is not None:
             row["mix_fixed"] = perplexity(mix_log_probs(neural, baseline, weight))
         row["mix_em"] = perplexity(mix_log_probs(neural, baseline, w_em))
-        row["by_train_count"] = nll_by_train_count(neural, baseline, targets[split], module.vocab)
+        targets = split_targets(dm, split, model.order)[0]  # [L] the words both models scored
+        row["by_train_count"] = nll_by_train_count(neural, baseline, targets, module.vocab)
         result[split] = row
     result["tokens"] = {split: len(neural) for split, (neural, _) in scores.items()}
     return result
