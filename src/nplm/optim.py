@@ -97,9 +97,8 @@ class LazyRowsMixin:
 
 
 class LazyAdam(LazyRowsMixin, torch.optim.Adam):
-    """Adam; sparse rows get Adam's update (Kingma & Ba 2015, alg. 1) with their own moments, L2 decay."""
-
-    decoupled = False
+    """Adam; sparse rows get Adam's update (Kingma & Ba 2015, alg. 1) with their own moments, and the
+    group's weight decay as torch applies it: L2 (Adam) or decoupled (AdamW)."""
 
     def _sparse_step(self, group: dict, p: torch.Tensor, rows: torch.Tensor, g: torch.Tensor) -> None:
         beta1, beta2 = group["betas"]
@@ -111,7 +110,7 @@ class LazyAdam(LazyRowsMixin, torch.optim.Adam):
         state["step"] += 1
         t = state["step"].item()
         theta = p.index_select(0, rows)  # [R, m]
-        if group["weight_decay"] and self.decoupled:
+        if group["weight_decay"] and group["decoupled_weight_decay"]:
             theta.mul_(1 - group["lr"] * group["weight_decay"])
         elif group["weight_decay"]:
             g = g.add(theta, alpha=group["weight_decay"])
@@ -125,7 +124,7 @@ class LazyAdam(LazyRowsMixin, torch.optim.Adam):
 
 
 class LazyAdamW(LazyAdam, torch.optim.AdamW):
-    decoupled = True
+    pass
 
 
 class LazySGD(LazyRowsMixin, torch.optim.SGD):
