@@ -34,6 +34,7 @@ class OptimizerConfig:
     betas: tuple[float, float] = (0.9, 0.999)  # adam / adamw
     eps: float = 1e-8  # adam / adamw: the denominator's floor, sqrt(v) + eps
     fused: bool = True  # one fused kernel per step (CPU and CUDA): ~3x faster updates at |V| = 17,905
+    plateau_factor: float = 1.0  # < 1: multiply the step size by this after an epoch with no better val/ppl
 
     @classmethod
     def from_dict(cls, d: dict) -> "OptimizerConfig":
@@ -51,6 +52,10 @@ class OptimizerConfig:
             raise UserError(f"optimizer.eps={cfg.eps} must be > 0 (Adam's default is 1e-8)")
         if cfg.weight_decay < 0 or cfg.lr_decay < 0:
             raise UserError("optimizer.weight_decay and optimizer.lr_decay must be >= 0")
+        if not 0 < cfg.plateau_factor <= 1:
+            raise UserError(f"optimizer.plateau_factor={cfg.plateau_factor} must be in (0, 1] (1 turns it off; try 0.5)")
+        if cfg.lr_decay > 0 and cfg.plateau_factor < 1:
+            raise UserError("optimizer.lr_decay and optimizer.plateau_factor are two schedules; set one of them")
         return cfg
 
 
@@ -147,6 +152,10 @@ def build_optimizer(module: nn.Module, cfg: OptimizerConfig):
         opt = LazyAdam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
     else:
         opt = LazyAdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
+    if cfg.plateau_factor < 1:
+        # patience 0: the step shrinks after the first epoch that does not improve on the best
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=cfg.plateau_factor, patience=0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": plateau, "monitor": "val/ppl", "interval": "epoch"}}
     if cfg.lr_decay == 0:
         return opt
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(cfg.lr_decay))
