@@ -49,14 +49,14 @@ def naive_log_prob(head, f: torch.Tensor, w: int) -> float:
         return s[c] - math.log(sum(map(math.exp, s))) + y[w] - math.log(sum(math.exp(v) for v in y.values()))
     if hasattr(head, "adaptive"):  # shortlist softmax, times a tail cluster's softmax
         a = head.adaptive
-        h = [float(row @ f) for row in a.head.weight]
+        h = [float(row @ f + b) for row, b in zip(a.head.weight, a.head.bias)]
         log_head = lambda i: h[i] - math.log(sum(map(math.exp, h)))
         r, cut = int(head.rank[w]), a.cutoffs
         if r < cut[0]:
             return log_head(r)
         i = max(j for j in range(len(cut) - 1) if cut[j] <= r)
         proj, out = a.tail[i]
-        t = [float(row @ (proj.weight @ f)) for row in out.weight]
+        t = [float(row @ (proj.weight @ f) + b) for row, b in zip(out.weight, out.bias)]
         return log_head(cut[0] + i) + t[r - cut[i]] - math.log(sum(map(math.exp, t)))
     y = [float(head.out.weight[u] @ f + head.out.bias[u]) for u in range(V)]  # full softmax
     return y[w] - math.log(sum(map(math.exp, y)))
@@ -80,6 +80,9 @@ def test_vectorised_code_matches_a_naive_loop_over_the_formula(name):
     head = make(name).eval()
     f = features(3)
     with torch.no_grad():
+        for pname, p in head.named_parameters():
+            if pname.endswith("bias"):  # zero-initialised biases would not show a formula that forgets them
+                p.normal_(generator=torch.Generator().manual_seed(3))
         log_p = head.log_probs(f)
         naive = torch.tensor([[naive_log_prob(head, f[i], w) for w in range(V)] for i in range(3)], dtype=torch.float64)
     torch.testing.assert_close(log_p, naive, atol=1e-10, rtol=0)
