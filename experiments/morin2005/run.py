@@ -10,7 +10,8 @@ updates of C, as the paper's per-example updates touch only the context's rows),
 side in one run on real Brown windows: interleaved rounds, the best of each kept. Table 3 (perplexity): the
 interpolated trigram and a class-based trigram counted here, and the networks trained by
 conf/experiment/morin2005/*.yaml: full softmax, importance sampling, and the hierarchical model with
-each tree (wordnet when NLTK's WordNet is installed; balanced, huffman, brown, learned always).
+each tree (wordnet when NLTK's WordNet is installed; balanced, huffman, brown, learned always), with
+the paper's node form and with the logistic node form of word2vec and Mnih & Hinton (2009).
 Runs what is missing, resumes killed runs, and writes experiments/morin2005/README.md from the
 result files in results/ only. Runs live in outputs/morin2005/.
 """
@@ -42,6 +43,9 @@ NETWORKS = {  # row: (overrides, published test perplexity)
     "importance_sampling": (["experiment=morin2005/importance_sampling"], 192.6),
     **{f"hierarchical-{tree}": (["experiment=morin2005/hierarchical", f"tree={tree}"], 220.7 if tree == "wordnet" else None)
        for tree in ("wordnet", "balanced", "huffman", "brown", "learned")},
+    # the same trees with word2vec's / Mnih & Hinton's node, sigmoid(b_n + q_n . f): one F-vector per node
+    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", "head.node_form=logistic"], None)
+       for tree in ("balanced", "huffman", "brown", "learned")},
 }
 NGRAMS = {"interpolated-trigram": 268.7, "class500": 249.1}
 ROWS = ("timing", *NGRAMS, *NETWORKS)
