@@ -1,11 +1,14 @@
-"""Lazy (row-sparse) updates of the embedding table C: `model.sparse_embeddings=true`."""
+"""Lazy (row-sparse) updates of the embedding table C (`model.sparse_embeddings=true`), and the step-size schedules."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 from torch import nn
 
+from nplm.errors import UserError
 from nplm.optim import OptimizerConfig, build_optimizer
 from conftest import TOY_FAST
 
@@ -57,3 +60,23 @@ def test_training_with_sparse_embeddings_matches_dense_sgd(run_train, tmp_path):
     dense = run_train(*TOY_FAST, *sgd, f"paths.output_dir={tmp_path / 'd'}")
     assert sparse["test/ppl"] == pytest.approx(dense["test/ppl"], rel=1e-5)
     assert sparse["test/ppl"] < 20  # it learned: the toy corpus has 25 words
+
+
+def test_plateau_factor_shrinks_the_step_after_an_epoch_without_a_better_val_ppl():
+    module = nn.Linear(3, 2)
+    got = build_optimizer(module, OptimizerConfig.from_dict({"name": "adam", "lr": 0.01, "plateau_factor": 0.5}))
+    assert got["lr_scheduler"]["monitor"] == "val/ppl" and got["lr_scheduler"]["interval"] == "epoch"
+    schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
+    for val_ppl, lr in [(100.0, 0.01), (90.0, 0.01), (95.0, 0.005), (89.0, 0.005), (89.5, 0.0025)]:
+        schedule.step(val_ppl)  # what Lightning does at the end of each validation
+        assert opt.param_groups[0]["lr"] == pytest.approx(lr)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"plateau_factor": 0.0}, "optimizer.plateau_factor=0.0 must be in (0, 1]"),
+    ({"plateau_factor": 1.5}, "optimizer.plateau_factor=1.5 must be in (0, 1]"),
+    ({"plateau_factor": 0.5, "lr_decay": 1e-8}, "optimizer.lr_decay and optimizer.plateau_factor are two schedules"),
+])
+def test_bad_plateau_settings_are_refused_in_one_line(options, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        OptimizerConfig.from_dict({"name": "sgd", **options})
