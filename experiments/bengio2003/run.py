@@ -146,9 +146,24 @@ def conclusions() -> str:
         best_ngram = min(ngram_tests, key=ngram_tests.get)
         gain = 1 - nets[best_row]["test"] / ngram_tests[best_ngram]
         helps = sum(r["mixture"]["test"]["mix_fixed"] < r["test"] for r in nets.values())
-        out.append(f"- `{recipe}`: best network {best_row.upper()} test {nets[best_row]['test']:.1f} vs best n-gram "
-                   f"({best_ngram}) {ngram_tests[best_ngram]:.1f}: {100 * gain:+.1f}% (paper: networks beat the best "
+        out.append(f"- `{recipe}`: the best network, {best_row.upper()}, test {nets[best_row]['test']:.1f}, is {100 * gain:.1f}% "
+                   f"below the best n-gram ({best_ngram}) {ngram_tests[best_ngram]:.1f} (paper: networks beat the best "
                    f"n-gram by >= 15%). Mixing with the trigram lowers test perplexity for {helps} of {len(nets)} networks.")
+        gaps = []  # test perplexity against the published row's, alone and mixed
+        for row, r in nets.items():
+            _, _, _, _, alone, mixed, mixed_name = NETWORKS[row]
+            if alone:
+                gaps += [(row.upper(), r["test"] / alone[1] - 1), (mixed_name, r["mixture"]["test"]["mix_fixed"] / mixed[1] - 1)]
+        if gaps:
+            within = [name for name, gap in gaps if gap <= 0.05]
+            out.append(f"  Test perplexity against the published row: "
+                       + ", ".join(f"{name} {100 * gap:+.1f}%" for name, gap in gaps)
+                       + f"; within 5% or better: {', '.join(within) or 'none'}.")
+    ngram_gaps = [(NGRAMS[k][0], r["test"] / NGRAMS[k][1][1] - 1) for k in NGRAMS
+                  if NGRAMS[k][1] and (r := _load(f"ngram-{k}"))]
+    if ngram_gaps:
+        out.append("- n-grams, test perplexity against the published row: "
+                   + ", ".join(f"{label} {100 * gap:+.1f}%" for label, gap in ngram_gaps) + ".")
     return "\n".join(out)
 
 
