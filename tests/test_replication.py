@@ -30,6 +30,15 @@ def test_morin2005_protocol(tmp_path):
     assert (cfg.corpus.max_vocab, cfg.corpus.train_size, cfg.corpus.valid_size) == (10000, 900000, 100000)
     assert (cfg.head.name, cfg.tree.name) == ("hierarchical", "huffman")
     assert compose_cfg(tmp_path, "experiment=morin2005/importance_sampling").head.name == "importance_sampling"
+    two_level = compose_cfg(tmp_path, "experiment=morin2005/class_based")
+    assert (two_level.head.name, two_level.corpus.max_vocab, two_level.model.hidden_dim) == ("class_based", 10000, 50)
+
+
+def test_the_wide_row_is_mlp9_widened_under_the_modern_recipe(tmp_path):
+    cfg = compose_cfg(tmp_path, "experiment=[bengio2003/wide,bengio2003/modern]")
+    m = cfg.model
+    assert (m.context_size, m.hidden_dim, m.embed_dim, m.direct) == (4, 400, 100, False)
+    assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adam", 1e-5, 40)
 
 
 def test_a_row_is_trained_once_and_summarised(tmp_path):
