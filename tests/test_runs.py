@@ -112,3 +112,21 @@ def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
         (tmp_path / "t.txt").write_text("a b c d\n" * 10)
         train(compose_cfg(tmp_path / "c", *TOY_FAST, "corpus=text_files", f"corpus.train={tmp_path / 't.txt'}",
                           f"corpus.valid={tmp_path / 't.txt'}", f"resume={ckpt}"))
+
+
+def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_train, tmp_path):
+    """Lightning 2.6's save_last=True rewrites last.ckpt only with a new best; a step this large makes
+    the third epoch worse than the second, and continuing the run must start after it, not train it again."""
+    import torch
+    from conftest import TOY_FAST, compose_cfg
+    from nplm.train import train
+
+    steep = [*TOY_FAST, "data.batch_size=4", "optimizer.lr=0.3"]
+    run = tmp_path / "run"
+    run_train(*steep, "trainer.max_epochs=3")
+    vals = [r["val/ppl"] for r in json.loads((run / "metrics.json").read_text())["history"]]
+    assert vals[2] > min(vals[:2])  # the last epoch is not the best one
+    assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 2
+    train(compose_cfg(tmp_path / "more", *steep, "trainer.max_epochs=4", f"resume={run}"))  # continues in `run`
+    assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 3
+    assert [r["val/ppl"] for r in json.loads((run / "metrics.json").read_text())["history"]][:3] == vals

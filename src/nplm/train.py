@@ -59,9 +59,13 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
-                           monitor="val/ppl", mode="min", save_top_k=1, save_last=True,
-                           auto_insert_metric_name=False)
-    callbacks = [best, history]
+                           monitor="val/ppl", mode="min", save_top_k=1, auto_insert_metric_name=False)
+    # last.ckpt, what resume= continues from, after every epoch. Not best's save_last=True: Lightning 2.6
+    # writes that file only when a new best is saved, so a run killed (or continued) after epochs with
+    # no better val/ppl went back to the best epoch and trained those epochs again.
+    latest = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="last", monitor=None, save_top_k=1,
+                             enable_version_counter=False)
+    callbacks = [best, latest, history]  # best first: trainer.checkpoint_callback is the best checkpoint
     patience = cfg.callbacks.get("early_stopping_patience")
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
