@@ -129,4 +129,6 @@ def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_trai
     assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 2
     train(compose_cfg(tmp_path / "more", *steep, "trainer.max_epochs=4", f"resume={run}"))  # continues in `run`
     assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["epoch"] == 3
-    assert [r["val/ppl"] for r in json.loads((run / "metrics.json").read_text())["history"]][:3] == vals
+    record = json.loads((run / "metrics.json").read_text())
+    assert [r["val/ppl"] for r in record["history"]][:3] == vals
+    assert record["wall_time_s"] >= record["history"][-1]["elapsed_s"]  # both invocations, as elapsed_s counts

@@ -66,9 +66,11 @@ class RunRecord:
     """Owns `metrics.json` and `config.yaml` of one run directory (written by rank 0 only)."""
 
     def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str],
-                 overrides: list[str]):
+                 overrides: list[str], resumed_s: float = 0.0):
+        """`resumed_s`: the seconds a resumed run had already spent (`EpochHistory.resumed_s`), so that
+        `wall_time_s` counts the whole run, not only its last invocation."""
         self.out_dir = out_dir
-        self.started = time.time()
+        self.started = time.time() - resumed_s
         self.data = {
             "status": "running",
             "experiment": cfg.get("experiment_name"),
@@ -116,14 +118,15 @@ class EpochHistory(Checkpoint):
         """With `resume_from` (a checkpoint), keep the rows of the epochs it had completed."""
         self.path = path
         self.rows: list[dict] = []
-        self._start = time.time()
+        self.resumed_s = 0.0  # elapsed seconds at the end of the last epoch kept from a resumed run
         if resume_from is not None and path.exists():
             done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
             with open(path) as f:
                 self.rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)
                              if int(row["epoch"]) <= done]
-            self._start -= self.rows[-1]["elapsed_s"] if self.rows else 0.0
+            self.resumed_s = self.rows[-1]["elapsed_s"] if self.rows else 0.0
             self._write_all()
+        self._start = time.time() - self.resumed_s
 
     def _write_all(self) -> None:
         with open(self.path, "w", newline="") as f:

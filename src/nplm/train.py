@@ -175,7 +175,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         check_resumable(ckpt, module)
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
-    record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [])
+    history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
+    record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s)
     if tree is not None and record.enabled:
         tree.save(out_dir / "tree.json")
         record.data["tree"] = tree.stats(dm.vocab.counts)
@@ -183,7 +184,6 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     for logger in loggers:
         logger.log_hyperparams({"corpus_stats": record.data["corpus"], "data_files": dm.files,
                                 "tree_stats": record.data.get("tree")})
-    history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     failed = True
     try:
         trainer = build_trainer(cfg, out_dir, loggers, history)
