@@ -47,6 +47,7 @@ NGRAMS = {  # key: (label, published (valid, test))
                       (2000, (343, 326)))},
 }
 RECIPES = ("paper", "modern")
+CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (set in paper.yaml)
 
 
 def count_ngrams(keys: list[str]) -> None:
@@ -56,7 +57,7 @@ def count_ngrams(keys: list[str]) -> None:
     todo = [k for k in keys if not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
         return
-    dm = corpus_datamodule(["corpus=brown"])
+    dm = corpus_datamodule(CORPUS)
     for key in todo:
         start = time.perf_counter()
         if key.startswith("class"):
