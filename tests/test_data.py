@@ -11,7 +11,7 @@ from nplm.data.tokenizers import clean_brown_text, gpt2
 from nplm.data.vocabulary import UNK, Vocabulary
 from nplm.data.windows import BatchIndices, Windows
 
-from conftest import SHARED_NLTK, make_fake_brown
+from conftest import FAKE_BROWN_SENTENCES, SHARED_NLTK, make_fake_brown
 
 
 def test_windows_are_a_zero_copy_view_with_context_and_target():
@@ -95,6 +95,20 @@ def test_fake_brown_word_stream_and_gpt2_pipeline(tmp_path):
     assert pieces.train[:8] == ["The", " jury", " said", ' "', "the", " election", " was", " fair"]
 
 
+def test_brown_markers_end_every_paragraph_and_every_text(tmp_path):
+    nltk_data = make_fake_brown(tmp_path)  # 2 texts of 12 copies of the one-sentence paragraphs
+    paragraphs = 2 * 12 * len(FAKE_BROWN_SENTENCES)
+    cfg = {"name": "brown", "nltk_data": str(nltk_data), "download": False, "train_size": 1.0,
+           "valid_size": 0, "test_size": None}
+    words = load_corpus(cfg, tmp_path).train
+    marked = load_corpus({**cfg, "markers": True}, tmp_path).train
+    assert len(marked) == len(words) + paragraphs + 2
+    assert marked.count("<p>") == paragraphs and marked.count("<text>") == 2
+    assert marked[marked.index("<p>") - 1:marked.index("<p>") + 2] == [".", "<p>", "It"]  # 2nd paragraph
+    assert marked[-2:] == ["<p>", "<text>"]
+    assert [w for w in marked if w not in ("<p>", "<text>")] == words
+
+
 def test_brown_cleaning_and_gpt2_pattern():
     text = clean_brown_text("He said `` no '' , and the mayor 's men did n't ( really ) go .")
     assert text == "He said \"no\", and the mayor's men didn't (really) go."
@@ -109,6 +123,16 @@ def test_real_brown_follows_the_bengio_2003_protocol():
     assert len(dm.vocab) == 17_905
     assert [dm.stats[s].tokens for s in ("train", "valid", "test")] == [800_000, 200_000, 161_192]
     assert 0.04 < dm.stats["test"].oov_rate < 0.05
+
+
+@pytest.mark.skipif(not (SHARED_NLTK / "corpora" / "brown.zip").is_file(), reason="no local Brown copy")
+def test_real_brown_with_the_papers_paragraph_and_text_marks():
+    dm = LMDataModule({"name": "brown", "nltk_data": str(SHARED_NLTK), "download": False, "markers": True,
+                       "train_size": 800_000, "valid_size": 200_000, "test_size": None, "vocab_from": "all",
+                       "min_count": 4}, 4, 8, 8)
+    dm.setup()
+    assert len(dm.vocab) == 17_907  # the two marks join the vocabulary
+    assert [dm.stats[s].tokens for s in ("train", "valid", "test")] == [800_000, 200_000, 177_359]
 
 
 def test_download_verifies_the_checksum_and_writes_atomically(tmp_path):
