@@ -9,7 +9,8 @@ import torch
 
 from nplm.errors import UserError
 from nplm.heads import build_head
-from nplm.heads.class_based import WithinClassNLL, frequency_bins
+from nplm.heads.class_based import WithinClassNLL, frequency_bins, tree_cut
+from nplm.trees.tree import Tree, balanced_nested
 
 V, F, B = 37, 16, 5
 HEADS = ["class_based", "adaptive", "importance_sampling"]
@@ -137,6 +138,31 @@ def test_frequency_bins_hold_about_equal_mass_and_are_never_empty():
     assert make("adaptive").rank[BY_FREQUENCY[0]].item() == 0
 
 
+def test_tree_classes_split_the_heaviest_subtree_first():
+    tree = Tree.from_nested(((0, 1), (2, (3, 4))), 5)
+    order, classes = tree_cut(tree, [1, 1, 10, 5, 5], 3)  # root -> (0 1) | (2 (3 4)), then the heavier
+    assert order.tolist() == [0, 1, 2, 3, 4] and classes.tolist() == [0, 0, 1, 2, 2]
+    order, classes = tree_cut(tree, [10, 10, 1, 1, 1], 3)
+    assert order.tolist() == [0, 1, 2, 3, 4] and classes.tolist() == [0, 1, 2, 2, 2]
+    assert tree_cut(tree, [1] * 5, 5)[1].tolist() == [0, 1, 2, 3, 4]  # K = V: every word its own class
+
+
+def test_class_based_head_on_tree_classes_matches_its_formula():
+    words = sorted(range(V), key=lambda w: (w % 5, w))  # a tree whose subtrees are not frequency bands
+    tree = Tree.from_nested(balanced_nested(words), V)
+    torch.manual_seed(0)
+    head = build_head({"name": "class_based", "classes": "tree", "num_classes": 4}, F, V, COUNTS, tree).double()
+    with torch.no_grad():
+        head.word_out.bias.normal_()
+    assert head.num_classes == 4 and sorted(head.class_of.bincount().tolist()) == sorted(
+        tree_cut(tree, COUNTS, 4)[1].bincount().tolist())
+    f = features()
+    nll = head.nll(f, TARGETS)
+    for i, t in enumerate(TARGETS.tolist()):
+        assert abs(-nll[i].item() - naive_log_prob(head, f[i], t)) < 1e-10
+    torch.testing.assert_close(head.log_probs(f).exp().sum(1), torch.ones(B, dtype=torch.float64))
+
+
 def test_sampled_loss_matches_its_formula_and_differs_from_the_nll():
     head = make("importance_sampling", num_samples=5).train()
     f = features()
@@ -175,7 +201,9 @@ def test_sampled_loss_and_gradient_approach_the_exact_ones_for_large_k(power, k,
     ("class_based", {"num_classes": 0}, "head.num_classes=0 must be an integer from 1 to the vocabulary size 37; "
                                         "e.g. head.num_classes=6 (about sqrt(V)), or null for that default"),
     ("class_based", {"num_classes": 38}, "head.num_classes=38 must be an integer from 1"),
-    ("class_based", {"classes": 4}, "unknown option head.classes for head=class_based; valid: num_classes"),
+    ("class_based", {"classes": 4}, "head.classes=4 is not one of: frequency, tree"),
+    ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=brown"),
+    ("class_based", {"bins": 4}, "unknown option head.bins for head=class_based; valid: num_classes, classes"),
     ("adaptive", {"cutoffs": [9, 2]}, "head.cutoffs=[9, 2] must be strictly increasing; e.g. head.cutoffs=[2, 9] or null"),
     ("adaptive", {"cutoffs": [0, 9]}, "head.cutoffs=[0, 9] has 0: each cutoff must be an integer from 1 to V-1=36"),
     ("adaptive", {"cutoffs": [5, 37]}, "head.cutoffs=[5, 37] has 37: each cutoff must be an integer from 1 to V-1=36"),
@@ -205,3 +233,20 @@ def test_adaptive_default_cutoffs_work_for_tiny_vocabularies(V_small):
     log_p = head.log_probs(features())
     assert torch.logsumexp(log_p, 1).abs().max().item() < 1e-10
     assert head.adaptive.cutoffs[-1] == V_small and len(head.adaptive.cutoffs) == (2 if V_small == 2 else 3)
+
+
+def test_class_based_head_with_brown_tree_classes_trains_and_reloads(run_train, tmp_path):
+    from conftest import TOY_FAST
+    from nplm.checkpoint import load_model
+    from nplm.evaluate import evaluate
+
+    run_train(*TOY_FAST, "head=class_based", "head.classes=tree", "head.num_classes=5", "tree=brown")
+    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["nplm"]["tree"]["kind"] == "brown"
+    module = load_model(ckpt)
+    expected = tree_cut(module.tree, module.vocab.counts, 5)[1].bincount()
+    assert module.head.class_of.bincount().tolist() == expected.tolist() and len(expected) == 5
+    record = __import__("json").loads((tmp_path / "run" / "metrics.json").read_text())
+    result = evaluate(record["best_checkpoint"], split="test", data_dir=str(tmp_path))
+    assert abs(result["ppl"] - record["metrics"]["test/ppl"]) < 1e-4 * result["ppl"]

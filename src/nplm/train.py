@@ -84,7 +84,7 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
     """The tree the head needs (built from the training split, or read from `tree.path`), or None.
     A tree given to a head that uses none is reported once and ignored."""
     tree_cfg = _container(cfg.tree) if cfg.get("tree") else None
-    if not head_class(cfg.head.name).uses_tree:
+    if not head_class(cfg.head.name).uses_tree(cfg.head):
         if tree_cfg:
             log.warning("tree=%s has no effect with head=%s, which uses no tree", tree_cfg["name"], cfg.head.name)
         return None
@@ -165,7 +165,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
     embeddings = None
-    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree:
+    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
         embeddings = bootstrap_embeddings(cfg, out_dir / "bootstrap")
     tree = tree_for_head(cfg, dm, embeddings)
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),

@@ -22,6 +22,15 @@ def require_counts(head: str, counts, vocab_size: int) -> None:
                         f"got {None if counts is None else len(counts)}")
 
 
+def require_tree(head: str, tree, vocab_size: int) -> None:
+    """Tree-structured heads need a tree over exactly this vocabulary."""
+    if tree is None:
+        raise UserError(f"{head} needs a tree: add tree=brown (or balanced, random, huffman, wordnet, learned)")
+    if tree.vocab_size != vocab_size:
+        raise UserError(f"the tree has {tree.vocab_size} leaves but the vocabulary {vocab_size} words; "
+                        "rebuild the tree from this corpus")
+
+
 class Head(nn.Module):
     """An output layer over features `[B, F]`.
 
@@ -32,11 +41,15 @@ class Head(nn.Module):
     - `loss(features, target)`: the per-token training objective `[B]`; the exact NLL unless the head
       trains on an approximation (sampling), which then sets `exact_training_loss = False`.
 
-    `uses_tree`: the head needs an `nplm.trees.Tree` (config group `tree`).
+    `uses_tree(options)`: whether the head, with these `head` options, needs an `nplm.trees.Tree`
+    (config group `tree`).
     """
 
-    uses_tree = False
     exact_training_loss = True
+
+    @classmethod
+    def uses_tree(cls, options) -> bool:
+        return False
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -6,10 +6,15 @@ With features f [F], class scores s = A f + a [K] and word scores y = W f + b [V
 
     P(w | ctx) = softmax(s)[c(w)] * exp(y_w) / sum_{w' in c(w)} exp(y_w')
 
-Classes are Mikolov's frequency bins: the words sorted by training count (descending, ties by id) and
-cut into `num_classes` consecutive bins holding about equal unigram mass, every bin non-empty; the
-default K = round(sqrt(V)) is Mikolov's choice. The rows of W are stored class by class, so a class
-is a contiguous block of W.
+Classes (`classes`):
+- `frequency`: Mikolov's frequency bins: the words sorted by training count (descending, ties by id)
+  and cut into `num_classes` consecutive bins holding about equal unigram mass, every bin non-empty;
+- `tree`: the top of a word tree (config group `tree`, e.g. tree=brown): starting from the root, the
+  subtree with the most training mass is replaced by its two children until there are K subtrees;
+  each subtree's words are a class. With a Brown tree the classes hold similar words and about equal
+  mass, as frequency bins do, but a class is no longer a band of unrelated words of one frequency.
+The default K = round(sqrt(V)) is Mikolov's choice. The rows of W are stored class by class, so a
+class is a contiguous block of W.
 
 Cost: `nll` (training and evaluation) is O((K + |c(w)|) F) per example, computing only the target
 class's block of word scores (examples grouped by class, one matmul per class present in the batch);
@@ -26,10 +31,12 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, require_counts, refuse_unknown_options
+from nplm.heads.base import Head, refuse_unknown_options, require_counts, require_tree
 from nplm.heads.softmax import SoftmaxNLL
+from nplm.trees.tree import Tree
 
-OPTIONS = ("num_classes",)
+OPTIONS = ("num_classes", "classes")
+CLASSES = ("frequency", "tree")
 
 
 def frequency_bins(counts: Sequence[int], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,6 +56,33 @@ def frequency_bins(counts: Sequence[int], num_classes: int) -> tuple[torch.Tenso
         a = max(min(max(w, a), a + 1), K - (V - r))
         classes.append(a)
     return order, torch.tensor(classes, dtype=torch.long)
+
+
+def tree_cut(tree: Tree, counts: Sequence[int], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order [V]: word ids in the tree's left-to-right leaf order; class_of_rank [V]: each position's
+    class). The K classes are the subtrees left after repeatedly splitting the heaviest one (training
+    count mass, ties by the smaller node number) into its two children, starting from the root."""
+    V, K = tree.vocab_size, num_classes
+    c = [float(x) for x in counts]
+    mass: list[float] = [0.0] * len(tree.children)  # [I] training mass under each internal node
+    for node in reversed(range(len(tree.children))):  # children are numbered after their parent
+        mass[node] = sum(c[-1 - ch] if ch < 0 else mass[ch] for ch in tree.children[node])
+    frontier = [0]  # internal nodes (>= 0) and words (< 0), left to right
+    while len(frontier) < K:
+        splittable = [(-mass[n], n, i) for i, n in enumerate(frontier) if n >= 0]
+        _, node, i = min(splittable)  # a tree with V >= K leaves always has one
+        frontier[i:i + 1] = list(tree.children[node])
+    order, class_of_rank = [], []
+    for k, top in enumerate(frontier):
+        stack = [top]
+        while stack:  # depth first, left child first
+            n = stack.pop()
+            if n < 0:
+                order.append(-1 - n)
+                class_of_rank.append(k)
+            else:
+                stack.extend(reversed(tree.children[n]))
+    return torch.tensor(order, dtype=torch.long), torch.tensor(class_of_rank, dtype=torch.long)
 
 
 class WithinClassNLL(torch.autograd.Function):
@@ -94,10 +128,16 @@ class WithinClassNLL(torch.autograd.Function):
 
 
 class ClassBasedHead(Head):
-    def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_classes: int | None = None):
+    @classmethod
+    def uses_tree(cls, options) -> bool:
+        return options.get("classes") == "tree"
+
+    def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_classes: int | None = None,
+                 tree: Tree | None = None):
+        """Frequency-bin classes, or with `tree` the tree's top K subtrees (`tree_cut`)."""
         super().__init__()
         K = round(math.sqrt(vocab_size)) if num_classes is None else num_classes
-        order, class_of_rank = frequency_bins(counts, K)
+        order, class_of_rank = frequency_bins(counts, K) if tree is None else tree_cut(tree, counts, K)
         # class-sorted layout: classes are runs of ranks, so rank order is already grouped by class
         position = torch.empty_like(order)
         position[order] = torch.arange(vocab_size)
@@ -135,4 +175,10 @@ class ClassBasedHead(Head):
             raise UserError(f"head.num_classes={K!r} must be an integer from 1 to the vocabulary size "
                             f"{vocab_size}; e.g. head.num_classes={round(math.sqrt(vocab_size))} (about sqrt(V)), "
                             f"or null for that default")
-        return cls(feature_dim, vocab_size, counts, K)
+        classes = options.get("classes", "frequency")
+        if classes not in CLASSES:
+            raise UserError(f"head.classes={classes!r} is not one of: {', '.join(CLASSES)}")
+        if classes == "frequency":
+            return cls(feature_dim, vocab_size, counts, K)
+        require_tree("head.classes=tree", tree, vocab_size)
+        return cls(feature_dim, vocab_size, counts, K, tree)

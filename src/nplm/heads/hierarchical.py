@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, refuse_unknown_options
+from nplm.heads.base import Head, refuse_unknown_options, require_tree
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
@@ -33,7 +33,9 @@ EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 
 
 
 class HierarchicalHead(Head):
-    uses_tree = True
+    @classmethod
+    def uses_tree(cls, options) -> bool:
+        return True
 
     def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
                  node_hidden: int = 16, chunk_elements: int = 1 << 20):
@@ -61,12 +63,7 @@ class HierarchicalHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "Head":
-        if tree is None:
-            raise UserError("head=hierarchical needs a tree: add tree=balanced (or random, huffman, brown, "
-                            "wordnet, learned)")
-        if tree.vocab_size != vocab_size:
-            raise UserError(f"the tree has {tree.vocab_size} leaves but the vocabulary {vocab_size} words; "
-                            "rebuild the tree from this corpus")
+        require_tree("head=hierarchical", tree, vocab_size)
         refuse_unknown_options("hierarchical", options, ("chunk_elements", "node_dim", "node_form", "node_hidden"))
         return cls(feature_dim, tree, **options)
 
