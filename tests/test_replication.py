@@ -17,12 +17,13 @@ def test_bengio2003_rows_have_the_papers_shapes_and_recipes(tmp_path, row):
     paper = compose_cfg(tmp_path, f"experiment=bengio2003/{row}")
     m = paper.model
     assert (m.context_size, m.hidden_dim, m.embed_dim, m.direct) == TABLE1[row]
-    assert (paper.corpus.name, paper.head.name, paper.optimizer.name) == ("brown", "softmax", "sgd")
+    assert (paper.corpus.name, paper.corpus.markers, paper.head.name, paper.optimizer.name) == ("brown", True, "softmax", "sgd")
     assert paper.optimizer.lr == pytest.approx(1e-3 * paper.data.batch_size)  # eps_0 per example x batch
     assert paper.optimizer.weight_decay == 1e-4
     modern = compose_cfg(tmp_path, f"experiment=[bengio2003/{row},bengio2003/modern]")
     assert (modern.model.context_size, modern.model.hidden_dim, modern.model.embed_dim) == TABLE1[row][:3]
-    assert (modern.head.name, modern.optimizer.name, modern.model.dropout) == ("adaptive", "adam", 0.5)
+    assert (modern.head.name, modern.optimizer.name, modern.model.dropout) == ("adaptive", "adamw", 0.5)
+    assert (modern.optimizer.weight_decay, modern.optimizer.eps, modern.corpus.markers) == (0.1, 1e-5, True)
 
 
 def test_morin2005_protocol(tmp_path):
