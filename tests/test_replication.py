@@ -39,7 +39,7 @@ def test_the_wide_row_is_mlp9_widened_under_the_modern_recipe(tmp_path):
     cfg = compose_cfg(tmp_path, "experiment=[bengio2003/wide,bengio2003/modern]")
     m = cfg.model
     assert (m.context_size, m.hidden_dim, m.embed_dim, m.direct) == (4, 400, 100, False)
-    assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adam", 1e-5, 40)
+    assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adamw", 1e-5, 40)
 
 
 def test_a_row_is_trained_once_and_summarised(tmp_path):
