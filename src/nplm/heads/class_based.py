@@ -60,15 +60,14 @@ def frequency_bins(counts: Sequence[int], num_classes: int) -> tuple[torch.Tenso
 
 def tree_cut(tree: Tree, counts: Sequence[int], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(order [V]: word ids in the tree's left-to-right leaf order; class_of_rank [V]: each position's
-    class). The K classes are the subtrees left after repeatedly splitting the heaviest one (training
-    count mass, ties by the smaller node number) into its two children, starting from the root."""
-    V, K = tree.vocab_size, num_classes
+    class). The `num_classes` classes are the subtrees left after repeatedly splitting the heaviest one
+    (training count mass, ties by the smaller node number) into its two children, from the root."""
     c = [float(x) for x in counts]
     mass: list[float] = [0.0] * len(tree.children)  # [I] training mass under each internal node
     for node in reversed(range(len(tree.children))):  # children are numbered after their parent
         mass[node] = sum(c[-1 - ch] if ch < 0 else mass[ch] for ch in tree.children[node])
     frontier = [0]  # internal nodes (>= 0) and words (< 0), left to right
-    while len(frontier) < K:
+    while len(frontier) < num_classes:
         splittable = [(-mass[n], n, i) for i, n in enumerate(frontier) if n >= 0]
         _, node, i = min(splittable)  # a tree with V >= K leaves always has one
         frontier[i:i + 1] = list(tree.children[node])
