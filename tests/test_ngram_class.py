@@ -53,6 +53,18 @@ def test_distributions_sum_to_one_including_a_word_absent_from_training(order, n
     assert summary["classes"] == num_classes and summary["words_unseen_in_training"] == 1
 
 
+def test_words_seen_once_join_the_class_of_the_unseen_words():
+    hapax, unseen = V, V - 1  # one more word id, seen once in the middle of the stream
+    train = np.concatenate([TRAIN[:700], [hapax], TRAIN[700:]])
+    clustered = ClassNgram(2, 5, sweeps=10, min_count=0).fit(train, V + 1)
+    pooled = ClassNgram(2, 5, sweeps=10).fit(train, V + 1)  # min_count=2
+    assert clustered.classes[hapax] != clustered.classes[unseen]
+    members = lambda model, word: set(np.flatnonzero(model.classes == model.classes[word]).tolist())
+    assert members(pooled, unseen) == members(clustered, unseen) | {hapax}
+    assert hapax in members(clustered, 8) and members(pooled, 8) == members(clustered, 8) - {hapax}
+    assert pooled.C == 5 and abs(np.exp(pooled.log_probs_for_context([3])).sum() - 1.0) < 1e-9
+
+
 def test_exchange_classes_recover_the_four_word_groups():
     model = ClassNgram(2, num_classes=4, sweeps=10).fit(TRAIN, V)
     groups = {frozenset(np.flatnonzero(model.classes == c).tolist()) - {UNK} for c in range(4)}
@@ -110,6 +122,8 @@ def test_bad_arguments_raise_one_line_user_errors():
         ClassNgram(3, 150, sweeps=-1)
     with pytest.raises(UserError, match=re.escape("word_smoothing=0 must be a number > 0")):
         ClassNgram(3, 150, word_smoothing=0)
+    with pytest.raises(UserError, match=re.escape("min_count=-1 must be an integer >= 0")):
+        ClassNgram(3, 150, min_count=-1)
     with pytest.raises(UserError, match="ClassNgram is not fitted"):
         ClassNgram(3, 150).score(VALID)
     with pytest.raises(UserError, match=re.escape("classes has shape (7,) and dtype int64; pass one integer "

@@ -68,6 +68,7 @@ def count_ngrams(keys: list[str]) -> None:
         fit_s = time.perf_counter() - start
         result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
                   "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
+                  "min_count": getattr(model, "min_count", None),
                   "command": f"python experiments/bengio2003/run.py --rows {key}",
                   **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
         write_result(RESULTS, f"ngram-{key}", result)

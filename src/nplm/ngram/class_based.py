@@ -10,19 +10,23 @@ table 1 (150, 200, 500, 1000 and 2000 classes). Every word w belongs to exactly 
 - The classes: the exchange algorithm of `nplm.trees.brown` (`flat_classes`: C classes maximising the
   average mutual information of adjacent classes in the training bigrams, a few sweeps), or a given
   assignment (`fit(..., classes=...)`). With C >= V every word is its own class.
+- Words seen fewer than `min_count` times in training (default 2: the words seen once, and the
+  vocabulary words never seen, when the vocabulary is counted on the whole corpus) are pooled after the
+  clustering, in the class of the least frequent word (`pool_rare_words`). As in Good-Turing
+  estimation, the words seen once stand for the words never seen, so the unseen words get the mass and
+  the contexts of rare words. The exchange alone moves every seen word out of the class the unseen words
+  start in: on Brown with 2000 classes that class kept 796 words but only 284 training tokens, and the
+  1.6% of validation tokens unseen in training cost 0.29 nats per token, against 0.21 under the word
+  trigram (experiments/bengio2003/INTRO.md has the perplexities with and without pooling).
 - P(c_t | class history): modified Kneser-Ney (`KneserNey`, back-off by default, as the paper's rows;
   or interpolated) of the given order, fitted on the training stream mapped to class ids.
 - P(w | c): training counts n(w), additively smoothed within the class so that vocabulary words never
-  seen in training (the vocabulary may be counted on the whole corpus) keep a probability > 0:
+  seen in training keep a probability > 0:
 
       P(w | c) = (n(w) + a) / (n(c) + a |c|),    n(c) = sum_{v in c} n(v),  |c| = words in class c,
 
-  with a = `word_smoothing` (default 1, add-one). A class of one word gets P(w | c) = 1. Words absent
-  from training have no bigram, so the exchange algorithm never moves them: they stay in the class its
-  initialisation puts the least frequent words in (class C-1, see `exchange`). On Brown (500 classes)
-  that class also holds the frequent `<unk>`, so n(c) is large and a matters for the 1.7% of validation
-  tokens never seen in training: a = 4 gave a lower validation perplexity than a = 1 for every C from
-  150 to 2000 (experiments/bench/class_ngram.py picks a per model on the validation split).
+  with a = `word_smoothing` (default 1, add-one). A class of one word gets P(w | c) = 1.
+  `nplm.replication.class_ngram` picks a on the validation split.
 
 Both factors are distributions (each class id in 0..C-1 holds at least one word), so the product
 sums to 1 over the vocabulary for every history.
@@ -40,6 +44,17 @@ from nplm.ngram.kneser_ney import KneserNey
 from nplm.trees.brown import Bigrams, class_bigrams, flat_classes, xlogx
 
 
+def pool_rare_words(classes: np.ndarray, word_counts: np.ndarray, min_count: int) -> np.ndarray:
+    """Classes [V] with every word seen fewer than `min_count` times (`word_counts` [V]) moved into the
+    class of the least frequent word, renumbered 0..C'-1 in order (a class left empty disappears)."""
+    rare = word_counts < min_count  # [V]
+    if not rare.any():
+        return classes
+    pooled = classes.copy()
+    pooled[rare] = classes[np.argmin(word_counts)]
+    return np.unique(pooled, return_inverse=True)[1].reshape(-1)
+
+
 def _is_int(x) -> bool:
     return not isinstance(x, bool) and isinstance(x, (int, np.integer))
 
@@ -49,7 +64,7 @@ class ClassNgram(NgramLanguageModel):
     classes (or takes `classes=`), then `score(ids, context_prefix=...)` like `KneserNey`."""
 
     def __init__(self, order: int = 3, num_classes: int = 500, interpolate: bool = False, sweeps: int = 10,
-                 word_smoothing: float = 1.0):
+                 word_smoothing: float = 1.0, min_count: int = 2):
         self.order = check_order(order)
         if not _is_int(num_classes) or num_classes < 2:
             raise UserError(f"num_classes={num_classes!r} must be an integer >= 2 "
@@ -59,7 +74,10 @@ class ClassNgram(NgramLanguageModel):
         if isinstance(word_smoothing, bool) or not isinstance(word_smoothing, (int, float)) or not word_smoothing > 0:
             raise UserError(f"word_smoothing={word_smoothing!r} must be a number > 0 "
                             "(added to every word's count inside its class, e.g. 1)")
-        self.num_classes, self.sweeps = int(num_classes), int(sweeps)
+        if not _is_int(min_count) or min_count < 0:
+            raise UserError(f"min_count={min_count!r} must be an integer >= 0 (words seen fewer times are "
+                            "pooled in one class; 0 keeps the clusters as they are, e.g. 2)")
+        self.num_classes, self.sweeps, self.min_count = int(num_classes), int(sweeps), int(min_count)
         self.interpolate, self.word_smoothing = bool(interpolate), float(word_smoothing)
         self.class_model: KneserNey | None = None
 
@@ -73,8 +91,8 @@ class ClassNgram(NgramLanguageModel):
             raise UserError("ClassNgram is not fitted; call .fit(train_ids, vocab_size) first")
 
     def fit(self, train_ids, vocab_size: int, classes=None) -> "ClassNgram":
-        """Cluster (unless `classes` [V], a class label per word id, is given), then count.
-        Given labels are renumbered 0..C-1 in sorted order, so unused labels take no mass."""
+        """Cluster and pool the rare words (unless `classes` [V], a class label per word id, is given: then
+        used as they are, renumbered 0..C-1 in sorted order, so unused labels take no mass), then count."""
         start = time.perf_counter()
         if not _is_int(vocab_size) or vocab_size < 1:
             raise UserError(f"vocab_size={vocab_size!r} must be a positive integer (len(dm.vocab))")
@@ -87,6 +105,7 @@ class ClassNgram(NgramLanguageModel):
         bg = Bigrams(ids, V)
         if classes is None:
             assign = flat_classes(bg, word_counts, min(self.num_classes, V), self.sweeps)  # [V]
+            assign = pool_rare_words(assign, word_counts, self.min_count)
         else:
             labels = np.asarray(classes.detach().cpu().numpy() if hasattr(classes, "detach") else classes)
             if labels.shape != (V,) or (labels.size and not np.issubdtype(labels.dtype, np.integer)):
@@ -119,7 +138,7 @@ class ClassNgram(NgramLanguageModel):
         """Sizes, clustering quality and timings, for logs and reports."""
         self._check_fitted()
         return {"name": self.name, "order": self.order, "interpolate": self.interpolate, "vocab_size": self.V,
-                "num_classes": self.num_classes, "classes": self.C, "sweeps": self.sweeps,
+                "num_classes": self.num_classes, "classes": self.C, "sweeps": self.sweeps, "min_count": self.min_count,
                 "word_smoothing": self.word_smoothing, "train_tokens": int(self.word_counts.sum()),
                 "words_unseen_in_training": int((self.word_counts == 0).sum()),
                 "largest_class": int(self.class_sizes.max()), "class_bigram_ami_bits": round(self.ami_bits, 6),
