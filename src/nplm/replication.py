@@ -37,17 +37,14 @@ def class_ngram(num_classes: int, dm, order: int = 3):
     """Back-off class n-gram on exchange-algorithm classes (clustered once); the within-class add-a
     smoothing of P(w | c) (0.5-8) and the pooling of rare words (`min_count` 0, 2 or 3) chosen on
     validation."""
-    import numpy as np
-
     from nplm.mixture import ngram_log_probs, perplexity
     from nplm.ngram import ClassNgram
     from nplm.ngram.class_based import pool_rare_words
 
     train, V = dm.ids["train"], len(dm.vocab)
-    classes = ClassNgram(order=order, num_classes=num_classes, min_count=0).fit(train, V).classes
-    counts = np.bincount(train.numpy(), minlength=V)  # [V]
+    clustered = ClassNgram(order=order, num_classes=num_classes, min_count=0).fit(train, V)
     models = [ClassNgram(order=order, num_classes=num_classes, word_smoothing=a, min_count=k)
-              .fit(train, V, classes=pool_rare_words(classes, counts, k))
+              .fit(train, V, classes=pool_rare_words(clustered.classes, clustered.word_counts, k))
               for k in (0, 2, 3) for a in (0.5, 1.0, 2.0, 4.0, 8.0)]
     return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
 
