@@ -55,6 +55,16 @@ def test_a_row_is_trained_once_and_summarised(tmp_path):
     assert summary["valid"] == pytest.approx(min(r["val/ppl"] for r in record["history"]))
 
 
+def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path):
+    run_dir = tmp_path / "row"
+    overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
+    first = train_row("toy", overrides, run_dir, threads=1)
+    longer = train_row("toy", [*overrides, "trainer.max_epochs=3"], run_dir, threads=1, rerun=True)
+    assert [r["epoch"] for r in longer["history"]] == [0, 1, 2]  # the two finished epochs kept, one more trained
+    assert longer["history"][:2] == first["history"]
+    assert longer["status"] == "finished"
+
+
 def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
     run_dir = tmp_path / "bad"
     assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None

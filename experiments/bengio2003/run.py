@@ -3,6 +3,7 @@
     make replicate-bengio2003                    # = python experiments/bengio2003/run.py
     python experiments/bengio2003/run.py --recipes modern --rows mlp1,mlp3 --threads 2
     python experiments/bengio2003/run.py --report-only
+    python experiments/bengio2003/run.py --recipes paper --rows mlp1 --rerun   # after raising max_epochs
 
 Runs what is missing and skips what is done, row by row: the n-gram baselines (deleted-interpolation
 trigram, modified Kneser-Ney back-off n = 3/4/5, class-based back-off n = 3 with 150-2000 Brown
@@ -51,11 +52,11 @@ BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
 CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (set in paper.yaml)
 
 
-def count_ngrams(keys: list[str]) -> None:
-    """Fit each missing n-gram row on train and write its valid/test perplexity."""
+def count_ngrams(keys: list[str], rerun: bool) -> None:
+    """Fit each missing n-gram row (each chosen one with `rerun`) on train and write its valid/test perplexity."""
     from nplm.mixture import build_ngram, ngram_log_probs, perplexity
 
-    todo = [k for k in keys if not (RESULTS / f"ngram-{k}.json").exists()]
+    todo = [k for k in keys if rerun or not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
         return
     dm = corpus_datamodule(CORPUS)
@@ -75,16 +76,17 @@ def count_ngrams(keys: list[str]) -> None:
         print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
 
 
-def train_network(recipe: str, row: str, threads: int) -> None:
-    """Train (or resume) one network row, then mix it with the interpolated trigram."""
+def train_network(recipe: str, row: str, threads: int, rerun: bool) -> None:
+    """Train (or resume; with `rerun`, go on from the last checkpoint of a finished run) one network row,
+    then mix it with the interpolated trigram."""
     from nplm.mixture import mix
 
     name = f"{recipe}-{row}"
-    if load_result(RESULTS, name):
+    if not rerun and load_result(RESULTS, name):
         print(f"{name}: done, skipping")
         return
     experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
-    record = train_row(name, [f"experiment={experiment}"], OUT / recipe / row, threads)
+    record = train_row(name, [f"experiment={experiment}"], OUT / recipe / row, threads, rerun)
     if record is None:
         return
     mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
@@ -179,6 +181,10 @@ def main() -> None:
     parser.add_argument("--rows", default="", help="comma-separated: mlp1..mlp9, wide and n-gram keys (default all)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per network run (default 2)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    parser.add_argument("--rerun", action="store_true",
+                        help="redo the chosen rows though they have results: count the n-grams again, and train "
+                             "the networks on from their last checkpoint (after raising a recipe's max_epochs); "
+                             "delete outputs/bengio2003/<recipe>/<row> to train one from scratch")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS]
@@ -188,10 +194,10 @@ def main() -> None:
         raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are {', '.join([*NGRAMS, *NETWORKS])}, "
                          f"recipes {', '.join(RECIPES)}")
     if not args.report_only:
-        count_ngrams([k for k in chosen if k in NGRAMS])
+        count_ngrams([k for k in chosen if k in NGRAMS], args.rerun)
         for recipe in recipes:
             for row in (r for r in chosen if r in NETWORKS and not (recipe == "paper" and NETWORKS[r][4] is None)):
-                train_network(recipe, row, args.threads)
+                train_network(recipe, row, args.threads, args.rerun)
     intro = (HERE / "INTRO.md").read_text()
     (HERE / "README.md").write_text(intro + "\n" + tables())
     print(tables())

@@ -3,6 +3,7 @@
     make replicate-morin2005                     # = python experiments/morin2005/run.py
     python experiments/morin2005/run.py --rows timing,hierarchical-huffman --threads 2
     python experiments/morin2005/run.py --report-only
+    python experiments/morin2005/run.py --rows nplm --rerun      # after raising max_epochs
 
 Tables 1 and 2 (timing): training and test time per example of the NPLM with the full softmax, with
 importance sampling and with the hierarchical output layer (balanced tree; also with row-sparse
@@ -124,9 +125,9 @@ def count_ngram(key: str) -> None:
                                 **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}})
 
 
-def train_network(row: str, threads: int) -> None:
+def train_network(row: str, threads: int, rerun: bool) -> None:
     overrides = NETWORKS[row][0]
-    record = train_row(row, overrides, OUT / row, threads)
+    record = train_row(row, overrides, OUT / row, threads, rerun)
     if record is not None:
         result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides))}
         if record.get("tree"):
@@ -181,13 +182,16 @@ def main() -> None:
     parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    parser.add_argument("--rerun", action="store_true",
+                        help="redo the chosen rows though they have results (networks go on from their last "
+                             "checkpoint; delete outputs/morin2005/<row> to train one from scratch)")
     args = parser.parse_args()
     chosen = args.rows.split(",") if args.rows else list(ROWS)
     if unknown := sorted(set(chosen) - set(ROWS)):
         raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
     if not args.report_only:
         for row in chosen:
-            if load_result(RESULTS, row):
+            if not args.rerun and load_result(RESULTS, row):
                 print(f"{row}: done, skipping")
             elif row == "timing":
                 measure_timing(args.threads)
@@ -196,7 +200,7 @@ def main() -> None:
             elif row == "hierarchical-wordnet" and not wordnet_installed():
                 print("hierarchical-wordnet: skipped, NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
             else:
-                train_network(row, args.threads)
+                train_network(row, args.threads, args.rerun)
     (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
     print(tables())
 

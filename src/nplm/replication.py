@@ -60,12 +60,13 @@ def read_record(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def train_row(name: str, overrides: list[str], run_dir: Path, threads: int) -> dict | None:
+def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, rerun: bool = False) -> dict | None:
     """`nplm-train *overrides` into `run_dir` (resumed from its last checkpoint if a run was killed),
     unless it already finished; returns the finished run record, or None (with a message) if it failed.
-    Its output is appended to `<run_dir>.log`."""
+    `rerun`: run a finished row again from its last checkpoint, so that a raised `trainer.max_epochs`
+    trains on (and the same one only tests again). Its output is appended to `<run_dir>.log`."""
     record = read_record(run_dir)
-    if record is None or record.get("status") != "finished":
+    if rerun or record is None or record.get("status") != "finished":
         command = ["nplm-train", *overrides, f"threads={threads}", f"hydra.run.dir={run_dir}"]
         if (Path(run_dir) / "checkpoints" / "last.ckpt").exists():
             command.append(f"resume={run_dir}")

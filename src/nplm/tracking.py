@@ -122,8 +122,8 @@ class EpochHistory(Checkpoint):
         if resume_from is not None and path.exists():
             done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
             with open(path) as f:
-                self.rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)
-                             if int(row["epoch"]) <= done]
+                self.rows = [{k: _parse(v) for k, v in row.items() if v != ""}  # a fresh row's keys
+                             for row in csv.DictReader(f) if int(row["epoch"]) <= done]
             self.resumed_s = self.rows[-1]["elapsed_s"] if self.rows else 0.0
             self._write_all()
         self._start = time.time() - self.resumed_s
@@ -154,8 +154,6 @@ class EpochHistory(Checkpoint):
 
 
 def _parse(value: str):
-    if value == "":
-        return None
     number = float(value)
     return int(number) if number.is_integer() and "." not in value else number
 
