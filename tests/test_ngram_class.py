@@ -99,6 +99,18 @@ def test_hand_computed_probabilities_with_fixed_classes():
     assert relabelled.classes.tolist() == HAND_CLASSES
 
 
+def test_with_word_smoothing_scores_as_a_fresh_fit_with_that_smoothing():
+    fitted = ClassNgram(order=2, num_classes=5, word_smoothing=0.5).fit(HAND_WORDS, 8, classes=np.array(HAND_CLASSES))
+    refit = ClassNgram(order=2, num_classes=5, word_smoothing=4.0).fit(HAND_WORDS, 8, classes=np.array(HAND_CLASSES))
+    changed = fitted.with_word_smoothing(4.0)
+    assert changed.word_smoothing == 4.0 and changed.class_model is fitted.class_model
+    assert np.abs(changed.log_probs_for_context([6]) - refit.log_probs_for_context([6])).max() < 1e-12
+    # class 4 = {4, 5, 7} with n = 3, 2, 0: P(7 | c) = a / (5 + 3a), 4 / 17 at a = 4; the original keeps 1 / 13
+    assert math.exp(changed.log_p_word[7]) == pytest.approx(4 / 17) and math.exp(fitted.log_p_word[7]) == pytest.approx(1 / 13)
+    with pytest.raises(UserError, match=re.escape("word_smoothing=-1.0 must be a number > 0")):
+        fitted.with_word_smoothing(-1.0)
+
+
 @pytest.mark.parametrize("interpolate", [False, True])
 @pytest.mark.parametrize("order", [1, 3, 4])
 def test_one_class_per_word_is_word_level_kneser_ney(order, interpolate):

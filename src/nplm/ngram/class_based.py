@@ -34,6 +34,7 @@ sums to 1 over the vocabulary for every history.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -59,6 +60,13 @@ def _is_int(x) -> bool:
     return not isinstance(x, bool) and isinstance(x, (int, np.integer))
 
 
+def _checked_smoothing(word_smoothing) -> float:
+    if isinstance(word_smoothing, bool) or not isinstance(word_smoothing, (int, float)) or not word_smoothing > 0:
+        raise UserError(f"word_smoothing={word_smoothing!r} must be a number > 0 "
+                        "(added to every word's count inside its class, e.g. 1)")
+    return float(word_smoothing)
+
+
 class ClassNgram(NgramLanguageModel):
     """Class n-gram over ids in [0, V): `fit(train_ids, V)` clusters the words into `num_classes`
     classes (or takes `classes=`), then `score(ids, context_prefix=...)` like `KneserNey`."""
@@ -71,14 +79,11 @@ class ClassNgram(NgramLanguageModel):
                             "(Bengio et al. 2003 used 150 to 2000)")
         if not _is_int(sweeps) or sweeps < 0:
             raise UserError(f"sweeps={sweeps!r} must be an integer >= 0 (exchange-algorithm passes, e.g. 10)")
-        if isinstance(word_smoothing, bool) or not isinstance(word_smoothing, (int, float)) or not word_smoothing > 0:
-            raise UserError(f"word_smoothing={word_smoothing!r} must be a number > 0 "
-                            "(added to every word's count inside its class, e.g. 1)")
         if not _is_int(min_count) or min_count < 0:
             raise UserError(f"min_count={min_count!r} must be an integer >= 0 (words seen fewer times are "
                             "pooled in one class; 0 keeps the clusters as they are, e.g. 2)")
         self.num_classes, self.sweeps, self.min_count = int(num_classes), int(sweeps), int(min_count)
-        self.interpolate, self.word_smoothing = bool(interpolate), float(word_smoothing)
+        self.interpolate, self.word_smoothing = bool(interpolate), _checked_smoothing(word_smoothing)
         self.class_model: KneserNey | None = None
 
     @property
@@ -120,14 +125,27 @@ class ClassNgram(NgramLanguageModel):
         self.word_counts = word_counts
         self.class_counts = np.bincount(self.classes, weights=word_counts, minlength=C)  # [C] n(c)
         self.class_sizes = np.bincount(self.classes, minlength=C)  # [C] |c|
-        a = self.word_smoothing
-        self.log_p_word = np.log((word_counts + a) / (self.class_counts + a * self.class_sizes)[self.classes])  # [V]
+        self.log_p_word = self._log_p_word()  # [V]
         M = class_bigrams(bg, self.classes, C)  # [C, C] class bigram counts
         total = M.sum()
         self.ami_bits = float((xlogx(M).sum() - xlogx(M.sum(1)).sum() - xlogx(M.sum(0)).sum()) / total
                               + np.log(total)) / np.log(2.0)
         self.fit_seconds = time.perf_counter() - start
         return self
+
+    def _log_p_word(self) -> np.ndarray:
+        """ln P(w | c(w)) for every word id: `[V]`."""
+        a = self.word_smoothing
+        return np.log((self.word_counts + a) / (self.class_counts + a * self.class_sizes)[self.classes])
+
+    def with_word_smoothing(self, word_smoothing: float) -> "ClassNgram":
+        """A copy with another a in P(w | c) that shares the fitted classes and class model, so that
+        choosing a on validation needs one fit, not one per a."""
+        self._check_fitted()
+        other = copy.copy(self)
+        other.word_smoothing = _checked_smoothing(word_smoothing)
+        other.log_p_word = other._log_p_word()  # [V]
+        return other
 
     def _log_probs(self, grams: np.ndarray) -> np.ndarray:
         """ln p(w_t | history) for rows (history..., w_t) of `grams` [N, order] (-1: no word): `[N]`."""
