@@ -42,9 +42,10 @@ def class_ngram(num_classes: int, dm, order: int = 3):
     from nplm.ngram.class_based import pool_rare_words
 
     train, V = dm.ids["train"], len(dm.vocab)
-    clustered = ClassNgram(order=order, num_classes=num_classes, min_count=0).fit(train, V)
-    pooled = [ClassNgram(order=order, num_classes=num_classes, min_count=k)
-              .fit(train, V, classes=pool_rare_words(clustered.classes, clustered.word_counts, k)) for k in (0, 2, 3)]
+    clustered = ClassNgram(order=order, num_classes=num_classes, min_count=0).fit(train, V)  # min_count 0 as is
+    pooled = [clustered, *(ClassNgram(order=order, num_classes=num_classes, min_count=k)
+                           .fit(train, V, classes=pool_rare_words(clustered.classes, clustered.word_counts, k))
+                           for k in (2, 3))]
     models = [model.with_word_smoothing(a) for model in pooled for a in (0.5, 1.0, 2.0, 4.0, 8.0)]
     return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
 
