@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytorch_lightning as pl
@@ -43,10 +44,8 @@ class LanguageModel(pl.LightningModule):
         self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree)
         # Heads that train on a sampled objective report its perplexity under another name.
         self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
-        self.train_ppl, self.val_ppl, self.test_ppl = Perplexity(), Perplexity(), Perplexity()
+        self.val_ppl, self.test_ppl = Perplexity(), Perplexity()
         self.best_val_ppl = math.inf
-        self._epoch_start = 0.0
-        self._epoch_tokens = 0
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -57,29 +56,73 @@ class LanguageModel(pl.LightningModule):
         return self.head.nll(self.model(context), target)  # [B]
 
     # -- training --------------------------------------------------------------------------
+    def compile_training_step(self, backend: str | None = None) -> None:
+        """`compile=true`: the model + head training loss through `torch.compile(fullgraph=True)`
+        (a graph break fails loudly: it is a bug, and on a GPU often a host-device sync). `backend`:
+        torch.compile's, default env `NPLM_COMPILE_BACKEND` or "inductor" (tests use "aot_eager":
+        the same graph capture, no code generation)."""
+        backend = backend or os.environ.get("NPLM_COMPILE_BACKEND", "inductor")
+        self._train_loss = torch.compile(self._train_loss, fullgraph=True, backend=backend)
+
+    def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self.head.loss(self.model(context), target)  # [B]
+
     def on_train_epoch_start(self) -> None:
-        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
+        self._train_seconds, self._clock = 0.0, time.perf_counter()
+        self._epoch_tokens = 0
+        self._nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # sum of per-token NLL
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        """The loss summed over the steps since the last log line (a device tensor: no sync per step)."""
+        self._window_loss = torch.zeros((), device=self.device)
+        self._window_steps = 0
 
     def training_step(self, batch, batch_idx):
+        """No host-device sync: the loss and NLL sums stay on the device; they are read, and checked
+        for a NaN/inf, every `trainer.log_every_n_steps` steps and at the end of the epoch."""
         context, target = batch
-        nll = self.head.loss(self.model(context), target)  # [B]
+        nll = self._train_loss(context, target)  # [B]
         loss = nll.mean()
-        if not torch.isfinite(loss):
-            raise UserError(
-                f"training loss became {loss.item()} at step {self.global_step} (epoch {self.current_epoch}); "
-                f"lower the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}"
-            )
-        self.train_ppl.update(nll)
+        detached = nll.detach()
+        self._nll_sum += detached.sum(dtype=torch.float64)
+        self._window_loss += loss.detach()
+        self._window_steps += 1
         self._epoch_tokens += target.numel()
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        if self._window_steps >= self.trainer.log_every_n_steps:
+            self._log_window()
         return loss
 
+    def _log_window(self) -> None:
+        """Log the mean training loss since the last call; a non-finite sum (one NaN or inf step makes
+        it so for good) stops training with a one-line error."""
+        if self._window_steps == 0:
+            return
+        mean = self._window_loss / self._window_steps
+        if not torch.isfinite(mean):
+            last = self.global_step
+            raise UserError(
+                f"training loss became {mean.item()} between steps {last - self._window_steps + 1} and {last + 1} "
+                f"(epoch {self.current_epoch}); lower the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}"
+            )
+        self.log("train/loss", mean, prog_bar=True)
+        self._reset_window()
+
+    def on_validation_start(self) -> None:
+        if self.trainer.training:  # validation inside a training epoch: not training time
+            self._train_seconds += time.perf_counter() - self._clock
+
+    def on_validation_end(self) -> None:
+        if self.trainer.training:
+            self._clock = time.perf_counter()
+
     def on_train_epoch_end(self) -> None:
-        seconds = time.perf_counter() - self._epoch_start
-        # Metric values are already reduced over processes (torchmetrics); sync_dist only quiets Lightning.
-        self.log(self.train_ppl_name, self.train_ppl.compute(), sync_dist=True)
-        self.train_ppl.reset()
+        self._log_window()
+        seconds = self._train_seconds + (time.perf_counter() - self._clock)
+        strategy = self.trainer.strategy
+        nll_sum = strategy.reduce(self._nll_sum, reduce_op="sum")
         tokens = self._epoch_tokens * self.trainer.world_size  # every rank trains as many batches
+        self.log(self.train_ppl_name, torch.exp(nll_sum / max(tokens, 1)).float(), sync_dist=True)
         self.log("train/tokens_per_s", tokens / max(seconds, 1e-9), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)

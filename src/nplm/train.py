@@ -158,6 +158,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     threads = _threads(cfg)
     if threads:
         torch.set_num_threads(threads)
+    if cfg.get("tf32", True) and torch.cuda.is_available():  # TF32 tensor-core matmuls (Ampere and later)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
@@ -173,6 +176,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                            tree=tree.to_dict() if tree is not None else None)
     if ckpt is not None:
         check_resumable(ckpt, module)
+    if cfg.get("compile"):
+        module.compile_training_step()
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)

@@ -14,7 +14,10 @@ module has no biases by default (`head_bias=False`, and its tail layers have non
 et al.'s MLP1 (modern recipe, Brown) went from valid / test perplexity 336.8 / 312.0 to 334.2 / 308.4.
 
 Cost per training example: O((c_1 + n) F) for the head plus, for a target in cluster i,
-O(F d_i + d_i |cluster i|) with d_i = F // div_value^i. `log_probs` is the exact full distribution.
+O(F d_i + d_i |cluster i|) with d_i = F // div_value^i (torch's module: the batch grouped by cluster, on
+a CPU). Grouping needs the batch's clusters on the host, so on an accelerator and under `torch.compile`
+`nll` evaluates every cluster for every example and keeps each row's own (the same sums, static
+shapes, no host sync). `log_probs` is the exact full distribution.
 
 `cutoffs: null` chooses [round(V/20), round(V/4)] (kept strictly increasing within [1, V-1]): the head
 holds the 5% most frequent words (most of the mass in a Zipfian vocabulary), the first cluster the next
@@ -82,9 +85,26 @@ class AdaptiveHead(Head):
                                                       head_bias=True)
         for _, words in self.adaptive.tail:  # (P_i, T_i): give T_i a bias, one per word of the cluster
             words.bias = nn.Parameter(torch.zeros(words.out_features))
+        self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return -self.adaptive(features, self.rank[target]).output  # [B]
+        if features.device.type == "cpu" and not torch.compiler.is_compiling():
+            return -self.adaptive(features, self.rank[target]).output  # [B]
+        return -self._log_prob_static(features, self.rank[target])
+
+    def _log_prob_static(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """log P(w | ctx) [B] for ranks `rank` [B], every tail cluster computed for every row."""
+        a = self.adaptive
+        head_lp = torch.log_softmax(a.head(features), dim=-1)  # [B, c_1 + n]
+        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B] 0: shortlist, i: tail cluster i
+        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
+        out = head_lp.gather(1, column[:, None]).squeeze(1)  # [B]
+        for i, tail in enumerate(a.tail):
+            lo, hi = a.cutoffs[i], a.cutoffs[i + 1]
+            local = (rank - lo).clamp(0, hi - lo - 1)  # [B] rank within cluster i + 1
+            tail_lp = torch.log_softmax(tail(features), dim=-1).gather(1, local[:, None]).squeeze(1)  # [B]
+            out = out + torch.where(cluster == i + 1, tail_lp, torch.zeros_like(tail_lp))
+        return out
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return self.adaptive.log_prob(features).index_select(1, self.rank)  # [B, V] rank order -> word-id order

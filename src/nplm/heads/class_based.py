@@ -16,10 +16,12 @@ Classes (`classes`):
 The default K = round(sqrt(V)) is Mikolov's choice. The rows of W are stored class by class, so a
 class is a contiguous block of W.
 
-Cost: `nll` (training and evaluation) is O((K + |c(w)|) F) per example, computing only the target
-class's block of word scores (examples grouped by class, one matmul per class present in the batch);
-the weight gradient is dense ([V, F], like every head's), written once per batch. `log_probs` is the
-exact full distribution, O(V F).
+Cost: `nll` (training and evaluation) on a CPU is O((K + |c(w)|) F) per example, computing only the
+target class's block of word scores (examples grouped by class, one matmul per class present in the
+batch); the weight gradient is dense ([V, F], like every head's), written once per batch. Grouping
+needs the batch's classes on the host, so on an accelerator and under `torch.compile` `nll` takes
+the static-shape path instead: all word scores [B, V], each row's softmax masked to its class
+(O(V F) per example, no host sync, one graph). `log_probs` is the exact full distribution, O(V F).
 """
 
 from __future__ import annotations
@@ -147,20 +149,31 @@ class ClassBasedHead(Head):
         self.register_buffer("class_of", class_of_rank[position])  # [V] word id -> class
         bounds = torch.searchsorted(class_of_rank, torch.arange(K + 1))  # [K + 1] first row of each class
         self.register_buffer("bounds", bounds)
+        self._bounds = bounds.tolist()  # the same K + 1 row offsets as Python ints: no device read per batch
         self.class_out = nn.Linear(feature_dim, K)  # A [K, F], a [K]
         self.word_out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V], rows class by class
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         klass = self.class_of[target]  # [B]
         class_nll = SoftmaxNLL.apply(self.class_out(features), klass)  # [B] -log P(c | ctx)
-        word_nll = WithinClassNLL.apply(features, self.word_out.weight, self.word_out.bias,
-                                        self.position[target], klass, self.bounds.tolist())  # [B]
+        if features.device.type == "cpu" and not torch.compiler.is_compiling():
+            word_nll = WithinClassNLL.apply(features, self.word_out.weight, self.word_out.bias,
+                                            self.position[target], klass, self._bounds)  # [B]
+        else:
+            word_nll = self._within_class_static(features, target, klass)
         return class_nll + word_nll
+
+    def _within_class_static(self, features: torch.Tensor, target: torch.Tensor, klass: torch.Tensor) -> torch.Tensor:
+        """-log P(w | c(w), ctx) [B] from all word scores, each row's softmax masked to its class."""
+        in_class = self.class_of_row[None, :] == klass[:, None]  # [B, V] class-sorted rows
+        y = self.word_out(features).masked_fill(~in_class, float("-inf"))  # [B, V]
+        log_p = torch.log_softmax(y, dim=-1)  # [B, V], -inf outside the class
+        return -log_p.gather(1, self.position[target][:, None]).squeeze(1)  # [B]
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         y = self.word_out(features)  # [B, V] word scores, class-sorted
         log_pc = torch.log_softmax(self.class_out(features), dim=-1)  # [B, K] log P(c | ctx)
-        bounds = self.bounds.tolist()
+        bounds = self._bounds
         blocks = [torch.log_softmax(y[:, lo:hi], dim=-1) + log_pc[:, k, None]  # [B, |c|] log P(w | ctx)
                   for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]
         return torch.cat(blocks, 1).index_select(1, self.position)  # [B, V] in word-id order

@@ -109,7 +109,7 @@ class HierarchicalHead(Head):
     # -- the head interface --------------------------------------------------------------------
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         nodes, signs, mask = self.path_nodes[target], self.path_signs[target], self.path_mask[target]  # [B, D]
-        log_p_turns = F.logsigmoid(signs * self._path_scores(features, nodes))  # [B, D]
+        log_p_turns = F.logsigmoid(signs * self._path_scores(features, nodes).float())  # [B, D], float32 under autocast
         return -(log_p_turns * mask).sum(dim=1)  # [B]
 
     @torch.no_grad()

@@ -16,7 +16,9 @@ loss tends to -y_t + log Z. Its gradient is -dy_t + sum_{j in {t} u S} softmax(z
 equal to the target are kept (they are part of the estimate of Z).
 
 Q(w) is proportional to (count(w) + 1)^proposal_power: add-one smoothing keeps every Q(w) > 0;
-power 1 is the unigram proposal of the 2003 paper, 0 is uniform. Samples come from torch's global RNG.
+power 1 is the unigram proposal of the 2003 paper, 0 is uniform. Samples come from torch's global RNG,
+by inverse CDF (`searchsorted` of k uniforms): unlike `torch.multinomial`, whose argument check reads a
+device tensor on the host, it needs no host-device sync and compiles into one graph.
 
 Cost: training O((k + 1) F) per example plus O(V) per batch to draw the samples; `nll` and
 `log_probs` are the exact full softmax, O(V F), so evaluation perplexity is exact.
@@ -46,6 +48,7 @@ class ImportanceSamplingHead(Head):
         q = (torch.tensor(counts, dtype=torch.float64) + 1.0) ** proposal_power  # [V]
         q = q / q.sum()
         self.register_buffer("proposal", q.float())  # [V] Q(w)
+        self.register_buffer("proposal_cdf", torch.cumsum(q, 0), persistent=False)  # [V] float64
         self.out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V]: the same layout as the softmax head
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -65,7 +68,8 @@ class ImportanceSamplingHead(Head):
 
     def sample(self) -> torch.Tensor:
         """k word ids drawn with replacement from Q: [k]."""
-        return torch.multinomial(self.proposal, self.num_samples, replacement=True)
+        u = torch.rand(self.num_samples, dtype=torch.float64, device=self.proposal_cdf.device)  # [k]
+        return torch.searchsorted(self.proposal_cdf, u, right=True).clamp_(max=len(self.proposal_cdf) - 1)
 
     def sampled_loss(self, features: torch.Tensor, target: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
         B = target.shape[0]

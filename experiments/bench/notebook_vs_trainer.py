@@ -1,0 +1,212 @@
+"""Training speed of the Tiny Shakespeare character model: the reference notebook's loop vs nplm.
+
+Side by side in one process, the contenders alternated in rounds (so a load on the shared machine
+hits all of them alike), each timing `--steps` training steps after `--warmup` untimed ones:
+
+- `notebook`: a faithful copy of the notebook's loop: windows built as Python lists then
+  `torch.tensor`, `TensorDataset` + `DataLoader(batch_size=128, shuffle=True)`, y = W x + U tanh(H x) + b
+  from an `nn.Embedding` and three `nn.Linear`, `nn.CrossEntropyLoss`, `torch.optim.Adam(lr=1e-3)`;
+- `plain`: nplm's model + softmax head + optimizer (fused Adam) on nplm's batches, a hand-written loop;
+- `nplm-train`: `train(cfg)` of `experiment=tinyshakespeare_char` (what `nplm-train` runs, its callbacks,
+  checkpoints and CSV + W&B-offline loggers), its own `train/tokens_per_s` (the epoch's training time,
+  validation excluded, the warm-up steps included);
+- with `--compile`: `plain+compile` and `nplm-train compile=true` too.
+
+Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--threads` torch threads.
+
+    python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from torch import nn
+
+K, M, H, BATCH = 10, 32, 128, 128
+MODEL = {"context_size": K, "embed_dim": M, "hidden_dim": H, "direct": True}
+
+
+# -- the notebook's loop, as it is written there -------------------------------------------------
+class NotebookNPLM(nn.Module):
+    def __init__(self, vocab_size: int, context: int, m: int, h: int):
+        super().__init__()
+        self.C = nn.Embedding(vocab_size, m)
+        self.H = nn.Linear(context * m, h)
+        self.U = nn.Linear(h, vocab_size)
+        self.W = nn.Linear(context * m, vocab_size, bias=False)
+
+    def forward(self, x):
+        x = self.C(x).view(x.shape[0], -1)
+        return self.W(x) + self.U(torch.tanh(self.H(x)))
+
+
+def notebook_loop(text: str, steps: int, warmup: int) -> float:
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = [stoi[c] for c in text[: int(0.9 * len(text))]]
+    X, Y = [], []
+    for i in range(len(data) - K):
+        X.append(data[i:i + K])
+        Y.append(data[i + K])
+    X, Y = torch.tensor(X), torch.tensor(Y)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=BATCH, shuffle=True)
+    model = NotebookNPLM(len(chars), K, M, H)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    n, start, i = 0, 0.0, 0
+    while i < warmup + steps:
+        for xb, yb in loader:
+            if i == warmup:
+                start = time.perf_counter()
+            logits = model(xb)
+            loss = criterion(logits, yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            n += yb.numel() if i >= warmup else 0
+            i += 1
+            if i == warmup + steps:
+                break
+    return n / (time.perf_counter() - start)
+
+
+# -- nplm's model, head and optimizer in a plain loop ------------------------------------------------
+def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False) -> float:
+    from nplm.heads import build_head
+    from nplm.models import NPLM, NPLMConfig
+    from nplm.optim import OptimizerConfig, build_optimizer
+
+    model = NPLM(len(dm.vocab), NPLMConfig.from_dict(MODEL))
+    head = build_head({"name": "softmax"}, model.feature_dim, len(dm.vocab))
+    both = nn.ModuleDict({"model": model, "head": head})
+    optimizer = build_optimizer(both, OptimizerConfig.from_dict({"name": "adam", "lr": 1e-3}))
+
+    def step(context, target):
+        return head.loss(model(context), target)
+
+    if compile_step:
+        step = torch.compile(step, fullgraph=True)
+    n, start, i = 0, 0.0, 0
+    while i < warmup + steps:
+        for context, target in dm.train_dataloader():
+            if i == warmup:
+                start = time.perf_counter()
+            loss = step(context, target).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            n += target.numel() if i >= warmup else 0
+            i += 1
+            if i == warmup + steps:
+                break
+    return n / (time.perf_counter() - start)
+
+
+# -- nplm-train ------------------------------------------------------------------------------------
+def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
+    from hydra import compose, initialize_config_dir
+
+    from nplm.train import CONF_DIR, train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = ["experiment=tinyshakespeare_char", f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data",
+                     f"threads={threads}",
+                     "trainer.max_epochs=1", f"trainer.limit_train_batches={warmup + steps}",
+                     "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", *extra]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides)
+        return train(cfg)["train/tokens_per_s"]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"{cpu}, {os.cpu_count()} CPUs (load average {load:.2f} at the start), torch {torch.__version__}, "
+            f"{torch.get_num_threads()} torch threads")
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=Path(__file__).parent).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of all contenders (default 5)")
+    parser.add_argument("--steps", type=int, default=3000, help="timed steps per contender and round")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed steps first")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the notebook's 2)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import logging
+
+    logging.disable(logging.INFO)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+
+    from nplm.data.datamodule import LMDataModule
+
+    dm = LMDataModule({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0, "vocab_from": "all",
+                       "min_count": 1, "unk": None, "order": "sorted"}, K, BATCH, 1024)
+    dm.setup()
+    from nplm.data.corpora import load_corpus
+
+    text = "".join(load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0}, "data_cache").train)
+    text += "".join(load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0}, "data_cache").valid)
+
+    contenders = {
+        "notebook": lambda: notebook_loop(text, args.steps, args.warmup),
+        "plain": lambda: plain_loop(dm, args.steps, args.warmup),
+        "nplm-train": lambda: nplm_train(args.steps, args.warmup, args.threads),
+    }
+    if args.compile:
+        contenders["plain+compile"] = lambda: plain_loop(dm, args.steps, args.warmup, compile_step=True)
+        contenders["nplm-train compile=true"] = lambda: nplm_train(args.steps, args.warmup, args.threads,
+                                                                   "compile=true")
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit()}")
+    print(f"# machine: {machine()}")
+    print(f"# command: python experiments/bench/notebook_vs_trainer.py {' '.join(sys.argv[1:])}")
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(args.rounds):
+        for name, run in contenders.items():
+            torch.manual_seed(r)
+            rates[name].append(run())
+        print(f"# round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
+    base = rates["notebook"]
+    print()
+    print(f"| training loop (batch {BATCH}, {args.steps} timed steps x {args.rounds} rounds) | examples/s, median "
+          "| vs notebook, median (min-max per round) | vs plain, median (min-max per round) |")
+    print("|---|---:|---:|---:|")
+    for name, v in rates.items():
+        vs_nb = [a / b for a, b in zip(v, base)]
+        vs_plain = [a / b for a, b in zip(v, rates["plain"])]
+        print(f"| {name} | {statistics.median(v):,.0f} | {statistics.median(vs_nb):.2f}x "
+              f"({min(vs_nb):.2f}-{max(vs_nb):.2f}) | {statistics.median(vs_plain):.2f}x "
+              f"({min(vs_plain):.2f}-{max(vs_plain):.2f}) |")
+
+
+if __name__ == "__main__":
+    main()
