@@ -51,6 +51,7 @@ class LMDataModule(pl.LightningDataModule):
         self.overfit_batches = overfit_batches  # > 0: train, validate and test on these first train batches
         self.ids: dict[str, torch.Tensor] = {}
         self.windows: dict[str, Windows] = {}
+        self._on_device: dict[tuple, Windows] = {}  # (split, device) -> the split's windows there
         self.stats: dict[str, SplitStats] = {}
         self.files: dict[str, str] = {}
 
@@ -118,13 +119,18 @@ class LMDataModule(pl.LightningDataModule):
             n = min(len(self.windows["train"]), self.overfit_batches * self.batch_size)
             dataset = Windows(self.windows["train"].ids[: n + self.context_size], self.context_size)
             batch_size, shuffle = self.batch_size, False
-        rank, world, epoch_fn = 0, 1, None
+        rank, world, epoch_fn, device = 0, 1, None, torch.device("cpu")
         if self.trainer is not None:
             trainer = self.trainer
             # the epoch being trained, as Lightning counts it for its own samplers (right after a resume too)
             rank, world = trainer.global_rank, trainer.world_size
             epoch_fn = lambda: trainer.fit_loop.epoch_progress.current.processed  # noqa: E731
-        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world, epoch_fn)
+            device = trainer.strategy.root_device
+        # On a GPU: the stream copied to the device once per split, batches gathered there.
+        if (split, device) not in self._on_device:
+            self._on_device[split, device] = dataset.to(device)
+        dataset = self._on_device[split, device]
+        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
         return DataLoader(dataset, sampler=sampler, batch_size=None)
 

@@ -2,7 +2,9 @@
 
 For a stream w_1..w_L and context size k = n-1, window t is (w_{t-k}, ..., w_{t-1}; w_t). `unfold`
 gives all of them as a `[L-k, k+1]` view that shares the stream's memory; a batch is one gather
-`windows[idx]` of a slice of a seeded permutation, never a per-item collate.
+`windows[idx]` of a slice of a seeded permutation, never a per-item collate. On a GPU the stream and
+each epoch's permutation move to the device once (`Windows.to`, `BatchIndices(device=...)`), so batches
+are gathered there: no host-to-device copy per batch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class Windows(Dataset):
     def __len__(self) -> int:
         return self.windows.shape[0]
 
+    def to(self, device: torch.device | str) -> "Windows":
+        """The same windows over a copy of the stream on `device` (self when it is already there)."""
+        return self if self.ids.device == torch.device(device) else Windows(self.ids.to(device), self.context_size)
+
     def __getitem__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch = self.windows[idx]  # [B, k+1]
         return batch[:, :-1], batch[:, -1]  # [B, k], [B]
@@ -43,8 +49,11 @@ class BatchIndices(Sampler):
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 epoch_fn: Callable[[], int] | None = None):
+                 epoch_fn: Callable[[], int] | None = None, device: torch.device | str = "cpu"):
+        """`device`: where the index batches are (the permutation is drawn on the CPU, the same for
+        every device, and copied once per epoch)."""
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.device = torch.device(device)
         self.rank, self.world_size = rank, world_size
         self.epoch, self.epoch_fn = 0, epoch_fn
 
@@ -68,9 +77,9 @@ class BatchIndices(Sampler):
     def __iter__(self):
         if not self.shuffle:
             order = self._eval_share() if self.world_size > 1 else torch.arange(self.n)
-            return iter(order.split(self.batch_size))
+            return iter(order.to(self.device).split(self.batch_size))
         epoch = self.epoch_fn() if self.epoch_fn is not None else self.epoch
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch)).to(self.device)
         batches = order.split(self.batch_size)
         if self.world_size > 1:
             batches = batches[self.rank: len(self) * self.world_size: self.world_size]

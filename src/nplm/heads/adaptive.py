@@ -15,7 +15,8 @@ et al.'s MLP1 (modern recipe, Brown) went from valid / test perplexity 336.8 / 3
 
 Cost per training example: O((c_1 + n) F) for the head plus, for a target in cluster i,
 O(F d_i + d_i |cluster i|) with d_i = F // div_value^i (torch's module: the batch grouped by cluster, on
-a CPU). Grouping needs the batch's clusters on the host, so on an accelerator and under `torch.compile`
+a CPU). Grouping needs the batch's clusters on the host, so on an accelerator, under `torch.compile`
+and under autocast (torch's module mixes dtypes there)
 `nll` evaluates every cluster for every example and keeps each row's own (the same sums, static
 shapes, no host sync). `log_probs` is the exact full distribution.
 
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, refuse_unknown_options, require_counts
+from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts
 
 OPTIONS = ("cutoffs", "div_value")
 
@@ -88,21 +89,21 @@ class AdaptiveHead(Head):
         self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if features.device.type == "cpu" and not torch.compiler.is_compiling():
+        if features.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):
             return -self.adaptive(features, self.rank[target]).output  # [B]
         return -self._log_prob_static(features, self.rank[target])
 
     def _log_prob_static(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
         """log P(w | ctx) [B] for ranks `rank` [B], every tail cluster computed for every row."""
         a = self.adaptive
-        head_lp = torch.log_softmax(a.head(features), dim=-1)  # [B, c_1 + n]
+        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n], float32 under autocast
         cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B] 0: shortlist, i: tail cluster i
         column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
         out = head_lp.gather(1, column[:, None]).squeeze(1)  # [B]
         for i, tail in enumerate(a.tail):
             lo, hi = a.cutoffs[i], a.cutoffs[i + 1]
             local = (rank - lo).clamp(0, hi - lo - 1)  # [B] rank within cluster i + 1
-            tail_lp = torch.log_softmax(tail(features), dim=-1).gather(1, local[:, None]).squeeze(1)  # [B]
+            tail_lp = torch.log_softmax(wide(tail(features)), dim=-1).gather(1, local[:, None]).squeeze(1)  # [B]
             out = out + torch.where(cluster == i + 1, tail_lp, torch.zeros_like(tail_lp))
         return out
 

@@ -31,6 +31,12 @@ def require_tree(head: str, tree, vocab_size: int) -> None:
                         "rebuild the tree from this corpus")
 
 
+def wide(x: torch.Tensor) -> torch.Tensor:
+    """`x` in float32 when it is narrower (bf16/fp16 scores under autocast), else as it is: log-softmax
+    and the NLL sums of every head run in float32 or wider."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
 class Head(nn.Module):
     """An output layer over features `[B, F]`.
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, refuse_unknown_options, require_counts, require_tree
+from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts, require_tree
 from nplm.heads.softmax import SoftmaxNLL
 from nplm.trees.tree import Tree
 
@@ -99,12 +99,12 @@ class WithinClassNLL(torch.autograd.Function):
     def forward(ctx, features, weight, bias, position, klass, bounds):
         order = torch.argsort(klass)  # [B] examples grouped by class
         present, sizes = torch.unique_consecutive(klass[order], return_counts=True)
-        nll = features.new_empty(features.shape[0])  # [B]
+        nll = features.new_empty(features.shape[0], dtype=torch.promote_types(features.dtype, torch.float32))  # [B]
         blocks = []
         for k, rows in zip(present.tolist(), order.split(sizes.tolist())):
             lo, hi = bounds[k], bounds[k + 1]
             scores = torch.addmm(bias[lo:hi], features[rows], weight[lo:hi].t())  # [n, |c|]
-            log_p = torch.log_softmax(scores, dim=-1)  # [n, |c|]
+            log_p = torch.log_softmax(scores.to(nll.dtype), dim=-1)  # [n, |c|], float32 under bf16 autocast
             local = (position[rows] - lo)[:, None]  # [n, 1] target's column in its block
             nll[rows] = -log_p.gather(1, local).squeeze(1)
             blocks.append((lo, hi, rows, local, log_p))
@@ -122,8 +122,8 @@ class WithinClassNLL(torch.autograd.Function):
             g = log_p.exp()  # [n, |c|] softmax within the block (not in place: backward may run twice)
             g.scatter_add_(1, local, torch.full_like(local, -1, dtype=g.dtype))
             g.mul_(grad_nll[rows, None])
-            grad_f[rows] = g @ weight[lo:hi]  # [n, F]
-            grad_w[lo:hi] = g.t() @ features[rows]  # [|c|, F]: each class's rows are written once
+            grad_f[rows] = (g @ weight[lo:hi].to(g.dtype)).to(grad_f.dtype)  # [n, F]
+            grad_w[lo:hi] = g.t() @ features[rows].to(g.dtype)  # [|c|, F]: each class's rows are written once
             grad_b[lo:hi] = g.sum(0)
         return grad_f, grad_w, grad_b, None, None, None
 
@@ -155,7 +155,7 @@ class ClassBasedHead(Head):
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         klass = self.class_of[target]  # [B]
-        class_nll = SoftmaxNLL.apply(self.class_out(features), klass)  # [B] -log P(c | ctx)
+        class_nll = SoftmaxNLL.apply(wide(self.class_out(features)), klass)  # [B] -log P(c | ctx)
         if features.device.type == "cpu" and not torch.compiler.is_compiling():
             word_nll = WithinClassNLL.apply(features, self.word_out.weight, self.word_out.bias,
                                             self.position[target], klass, self._bounds)  # [B]
@@ -166,13 +166,13 @@ class ClassBasedHead(Head):
     def _within_class_static(self, features: torch.Tensor, target: torch.Tensor, klass: torch.Tensor) -> torch.Tensor:
         """-log P(w | c(w), ctx) [B] from all word scores, each row's softmax masked to its class."""
         in_class = self.class_of_row[None, :] == klass[:, None]  # [B, V] class-sorted rows
-        y = self.word_out(features).masked_fill(~in_class, float("-inf"))  # [B, V]
+        y = wide(self.word_out(features)).masked_fill(~in_class, float("-inf"))  # [B, V]
         log_p = torch.log_softmax(y, dim=-1)  # [B, V], -inf outside the class
         return -log_p.gather(1, self.position[target][:, None]).squeeze(1)  # [B]
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
-        y = self.word_out(features)  # [B, V] word scores, class-sorted
-        log_pc = torch.log_softmax(self.class_out(features), dim=-1)  # [B, K] log P(c | ctx)
+        y = wide(self.word_out(features))  # [B, V] word scores, class-sorted
+        log_pc = torch.log_softmax(wide(self.class_out(features)), dim=-1)  # [B, K] log P(c | ctx)
         bounds = self._bounds
         blocks = [torch.log_softmax(y[:, lo:hi], dim=-1) + log_pc[:, k, None]  # [B, |c|] log P(w | ctx)
                   for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))]

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, refuse_unknown_options, require_tree
+from nplm.heads.base import Head, wide, refuse_unknown_options, require_tree
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
@@ -109,7 +109,7 @@ class HierarchicalHead(Head):
     # -- the head interface --------------------------------------------------------------------
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         nodes, signs, mask = self.path_nodes[target], self.path_signs[target], self.path_mask[target]  # [B, D]
-        log_p_turns = F.logsigmoid(signs * self._path_scores(features, nodes).float())  # [B, D], float32 under autocast
+        log_p_turns = F.logsigmoid(signs * wide(self._path_scores(features, nodes)))  # [B, D], float32 under autocast
         return -(log_p_turns * mask).sum(dim=1)  # [B]
 
     @torch.no_grad()

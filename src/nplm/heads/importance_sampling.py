@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, require_counts, refuse_unknown_options
+from nplm.heads.base import Head, wide, require_counts, refuse_unknown_options
 from nplm.heads.softmax import SoftmaxNLL
 
 OPTIONS = ("num_samples", "proposal_power")
@@ -55,10 +55,10 @@ class ImportanceSamplingHead(Head):
         return self.out(features)  # [B, V]
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return SoftmaxNLL.apply(self.logits(features), target)  # [B] exact
+        return SoftmaxNLL.apply(wide(self.logits(features)), target)  # [B] exact, float32 also under autocast
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.logits(features), dim=-1)  # [B, V] exact
+        return torch.log_softmax(wide(self.logits(features)), dim=-1)  # [B, V] exact
 
     def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The sampled estimate of the NLL in training mode; the exact NLL in evaluation mode."""
@@ -76,7 +76,7 @@ class ImportanceSamplingHead(Head):
         rows = torch.cat([target, samples])  # [B + k] one gather, so one scatter in backward
         w, b = self.out.weight[rows], self.out.bias[rows]  # [B + k, F], [B + k]
         y_t = (features * w[:B]).sum(-1) + b[:B]  # [B] target scores
-        y_s = torch.addmm(b[B:], features, w[B:].t())  # [B, k] sample scores
+        y_s = wide(torch.addmm(b[B:], features, w[B:].t()))  # [B, k] sample scores (float32 under autocast)
         log_kq = (self.num_samples * self.proposal[rows]).log().to(y_s.dtype)  # [B + k] log(k Q(w))
         z = torch.cat([(y_t - log_kq[:B])[:, None], y_s - log_kq[B:]], dim=1)  # [B, 1 + k] corrected scores
         return torch.logsumexp(z, dim=1) - y_t  # [B]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nplm.heads.base import Head
+from nplm.heads.base import Head, wide
 
 
 class SoftmaxNLL(torch.autograd.Function):
@@ -43,7 +43,7 @@ class SoftmaxHead(Head):
         return self.out(features)  # [B, V]
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return SoftmaxNLL.apply(self.logits(features), target)  # [B]
+        return SoftmaxNLL.apply(wide(self.logits(features)), target)  # [B], float32 also under bf16 autocast
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.logits(features), dim=-1)  # [B, V]
+        return torch.log_softmax(wide(self.logits(features)), dim=-1)  # [B, V]
