@@ -128,3 +128,60 @@ def test_batches_are_gathered_on_the_windows_device():
     context, target = windows[first]
     torch.testing.assert_close(target, first + 3)
     torch.testing.assert_close(context[:, 0], first)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (experiments/bench/gpu_check.py)")
+ALL_HEADS = [("softmax", {}), ("hierarchical", {}), ("hierarchical", {"node_form": "logistic"}), ("class_based", {}),
+             ("class_based", {"classes": "tree"}), ("adaptive", {}), ("importance_sampling", {})]
+
+
+def any_head(name: str, options: dict):
+    if name == "hierarchical":
+        torch.manual_seed(0)
+        return build_head({"name": name, **options}, F, V, None, Tree.from_nested(balanced_nested(list(range(V))), V))
+    return make(name, **options)
+
+
+@CUDA
+@pytest.mark.parametrize("name,options", ALL_HEADS)
+def test_every_head_on_cuda_gives_the_cpu_nll_and_gradient(name, options):
+    cpu = any_head(name, options).eval()
+    gpu = any_head(name, options).eval().cuda()
+    f = torch.randn(B, F, generator=torch.Generator().manual_seed(2))
+    target = torch.arange(B) % V
+    want = cpu.nll(f.requires_grad_(), target)
+    (want_grad,) = torch.autograd.grad(want.sum(), f)
+    fg = f.detach().cuda().requires_grad_()
+    got = gpu.nll(fg, target.cuda())
+    (got_grad,) = torch.autograd.grad(got.sum(), fg)
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_grad.cpu(), want_grad, rtol=1e-4, atol=1e-5)
+
+
+@CUDA
+@pytest.mark.parametrize("precision", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name,options", ALL_HEADS)
+def test_training_step_of_every_head_never_syncs_on_cuda(name, options, precision):
+    """Forward, backward and a fused Adam update with torch.cuda.set_sync_debug_mode("error"): a
+    host-device sync anywhere in them raises."""
+    from nplm.models import NPLM, NPLMConfig
+    from nplm.optim import OptimizerConfig, build_optimizer
+
+    model = NPLM(V, NPLMConfig(context_size=3, embed_dim=8, hidden_dim=16)).cuda()
+    head = build_head({"name": name, **options}, model.feature_dim, V, [int(300 / (r + 1)) for r in range(V)],
+                      Tree.from_nested(balanced_nested(list(range(V))), V)).cuda().train()
+    optimizer = build_optimizer(torch.nn.ModuleList([model, head]), OptimizerConfig())
+    windows = Windows(torch.randint(0, V, (1000,)), 3).to("cuda")
+    batches = list(BatchIndices(len(windows), B, shuffle=True, device="cuda"))
+    for i, idx in enumerate(batches[:4]):
+        context, target = windows[idx]
+        torch.cuda.set_sync_debug_mode("error" if i > 0 else "default")  # step 0 creates the optimizer state
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == torch.bfloat16):
+                loss = head.loss(model(context), target).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(loss).item()

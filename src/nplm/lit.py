@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 
 import pytorch_lightning as pl
 import torch
@@ -67,6 +68,30 @@ class LanguageModel(pl.LightningModule):
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.loss(self.model(context), target)  # [B]
 
+    def on_train_start(self) -> None:
+        # NPLM_SYNC_DEBUG=1 on a GPU: any host-device sync in a training step (forward, backward,
+        # optimizer update) raises (experiments/bench/gpu_check.py)
+        self._sync_debug = os.environ.get("NPLM_SYNC_DEBUG") == "1" and self.device.type == "cuda"
+
+    @contextmanager
+    def _sync_mode(self, mode: str):
+        """torch.cuda.set_sync_debug_mode(mode) inside the block when NPLM_SYNC_DEBUG=1 on a GPU."""
+        if not getattr(self, "_sync_debug", False):
+            yield
+            return
+        before = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode(mode)
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        # the closure runs training_step and backward; the first step (compilation, the optimizer's
+        # state) is left unchecked
+        with self._sync_mode("error" if self.global_step > 0 else "default"):
+            optimizer.step(closure=optimizer_closure)
+
     def on_train_epoch_start(self) -> None:
         self._train_seconds, self._clock = 0.0, time.perf_counter()
         self._epoch_tokens = 0
@@ -99,12 +124,14 @@ class LanguageModel(pl.LightningModule):
         if self._window_steps == 0:
             return
         mean = self._window_loss / self._window_steps
-        if not torch.isfinite(mean):
-            last = self.global_step
-            raise UserError(
-                f"training loss became {mean.item()} between steps {last - self._window_steps + 1} and {last + 1} "
-                f"(epoch {self.current_epoch}); lower the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}"
-            )
+        with self._sync_mode("default"):  # the one read of the device every log_every_n_steps steps
+            if not torch.isfinite(mean):
+                last = self.global_step
+                raise UserError(
+                    f"training loss became {mean.item()} between steps {last - self._window_steps + 1} and "
+                    f"{last + 1} (epoch {self.current_epoch}); lower the learning rate, e.g. "
+                    f"optimizer.lr={self.optim_cfg.lr / 10:g}"
+                )
         self.log("train/loss", mean, prog_bar=True)
         self._reset_window()
 
