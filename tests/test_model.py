@@ -109,7 +109,7 @@ def test_model_config_rejects_unknown_and_bad_values():
 
 @pytest.mark.parametrize("weights", [[0.2] * 5, [1.0, -2.0, 0.0, 3.0, 0.5]])
 def test_softmax_nll_backward_equals_cross_entropy(weights):
-    """The one-pass backward (positive upstream gradients) and the general one match autograd's."""
+    """The in-place backward matches autograd's for positive, mixed-sign and zero upstream gradients."""
     import torch.nn.functional as F
 
     from nplm.heads.softmax import SoftmaxNLL

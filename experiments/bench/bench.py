@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from provenance import stamp
 
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
@@ -158,11 +158,9 @@ def main() -> None:
         ("(c) fraction of peak", f"{lit * flops_per_example / peak * 100:.1f}%", ">= 60%",
          "yes" if lit * flops_per_example / peak >= 0.6 else "no"),
     ]
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.processor() or 'cpu'}, "
-               f"torch {torch.__version__} with {torch.get_num_threads()} threads")
     table = ["| measurement | value | target | met |", "|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    header = (f"Machine: {machine}. Data: {source}. Batch size {args.batch_size}, "
+    header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "
               f"{args.steps} timed steps after {args.warmup} warm-up steps; MLP1 = n=5, m=60, h=50, direct, "
               f"full softmax, Adam. Matmul FLOPs per training example: {flops_per_example / 1e6:.1f} M.")
     print(header)

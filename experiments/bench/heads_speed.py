@@ -16,12 +16,11 @@ each also as a ratio to the softmax head's. Targets are drawn from synthetic Zip
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from typing import Callable
 
 import torch
+from provenance import stamp
 
 from nplm.heads import Head, build_head
 from nplm.trees.tree import Tree, balanced_nested
@@ -122,8 +121,7 @@ def main() -> None:
     rows = {name: (describe(name, head), sum(p.numel() for p in head.parameters()), *best[name])
             for name, head in heads.items()}
 
-    print(f"Machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+    print(stamp() + "\n")
     print(f"V={V:,}, F={F}, B={B}, Zipfian targets; {args.steps} timed steps after {args.warmup} warm-up, "
           f"best of {args.rounds} interleaved rounds (log_probs: fastest of 5 calls per round)")
     print("| head | options | parameters | train ex/s (loss fwd+bwd + Adam) | vs softmax "

@@ -15,13 +15,12 @@ are the same for both heads, so the whole step's speed-up grows more slowly.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+from provenance import stamp
 from torch import nn
 
 from nplm.heads import build_head
@@ -79,9 +78,7 @@ def main() -> None:
         rows.append((V, rates))
         print(V, {f"{k[0]}{' sparse C' if k[1] else ''}": round(v) for k, v in rates.items()}, flush=True)
 
-    machine = (f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with "
-               f"{torch.get_num_threads()} threads")
-    lines = [f"Machine: {machine}. Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}, best of {args.rounds} interleaved rounds.",
+    lines = [stamp(), "", f"Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}, best of {args.rounds} interleaved rounds.",
              "Dense C: Adam updates the whole embedding table every step (`model.sparse_embeddings=false`, the "
              "default); sparse C: only the batch's rows (`model.sparse_embeddings=true`, lazy Adam).", "",
              "| words | C | softmax ex/s | hierarchical (Morin-Bengio nodes) ex/s | speed-up | "

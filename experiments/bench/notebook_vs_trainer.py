@@ -10,7 +10,9 @@ hits all of them alike), each timing `--steps` training steps after `--warmup` u
 - `nplm-train`: `train(cfg)` of `experiment=tinyshakespeare_char` (what `nplm-train` runs, its callbacks,
   checkpoints and CSV + W&B-offline loggers), its own `train/tokens_per_s` (the epoch's training time,
   validation excluded, the warm-up steps included);
-- with `--compile`: `plain+compile` and `nplm-train compile=true` too.
+- with `--compile`: `plain+compile`, the plain loop with the training loss through
+  `torch.compile(fullgraph=True)` as `compile=true` does (compiled in the warm-up steps; nplm-train's
+  own tokens/s would count the compilation).
 
 Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--threads` torch threads.
 
@@ -21,16 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
+from provenance import stamp
 from torch import nn
 
 K, M, H, BATCH = 10, 32, 128, 128
@@ -129,29 +127,6 @@ def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
         return train(cfg)["train/tokens_per_s"]
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{cpu}, {os.cpu_count()} CPUs (load average {load:.2f} at the start), torch {torch.__version__}, "
-            f"{torch.get_num_threads()} torch threads")
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).parent).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of all contenders (default 5)")
@@ -184,17 +159,13 @@ def main() -> None:
     }
     if args.compile:
         contenders["plain+compile"] = lambda: plain_loop(dm, args.steps, args.warmup, compile_step=True)
-        contenders["nplm-train compile=true"] = lambda: nplm_train(args.steps, args.warmup, args.threads,
-                                                                   "compile=true")
-    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit()}")
-    print(f"# machine: {machine()}")
-    print(f"# command: python experiments/bench/notebook_vs_trainer.py {' '.join(sys.argv[1:])}")
+    print(stamp(), flush=True)
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(args.rounds):
         for name, run in contenders.items():
             torch.manual_seed(r)
             rates[name].append(run())
-        print(f"# round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
     base = rates["notebook"]
     print()
     print(f"| training loop (batch {BATCH}, {args.steps} timed steps x {args.rounds} rounds) | examples/s, median "

@@ -1,0 +1,43 @@
+"""One line for the top of every benchmark table: date, commit, machine, load and the command."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+
+def commit() -> str:
+    """The checkout's short commit, `+dirty` when tracked files differ from it."""
+    here = Path(__file__).parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = f", load average {os.getloadavg()[0]:.2f} at the start" if hasattr(os, "getloadavg") else ""
+    return (f"{cpu}, {os.cpu_count()} CPUs{load}; torch {torch.__version__}, {torch.get_num_threads()} torch threads")
+
+
+def stamp() -> str:
+    """`Measured <date> UTC at commit <sha> on <machine>: python <script> <args>`."""
+    script = os.path.relpath(sys.argv[0], Path(__file__).parents[2]) if sys.argv[0] else "?"
+    return (f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC at commit {commit()} on {machine()}: "
+            f"`python {script} {' '.join(sys.argv[1:])}`".rstrip())
