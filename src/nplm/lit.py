@@ -135,12 +135,15 @@ class LanguageModel(pl.LightningModule):
         self.log("train/loss", mean, prog_bar=True)
         self._reset_window()
 
+    def _validating_inside_fit(self) -> bool:
+        return self.trainer.state.fn == "fit" and not self.trainer.sanity_checking
+
     def on_validation_start(self) -> None:
-        if self.trainer.training:  # validation inside a training epoch: not training time
+        if self._validating_inside_fit():  # validation inside a training epoch: not training time
             self._train_seconds += time.perf_counter() - self._clock
 
     def on_validation_end(self) -> None:
-        if self.trainer.training:
+        if self._validating_inside_fit():
             self._clock = time.perf_counter()
 
     def on_train_epoch_end(self) -> None:
