@@ -114,7 +114,7 @@ class LanguageModel(pl.LightningModule):
         self._window_loss += loss.detach()
         self._window_steps += 1
         self._epoch_tokens += target.numel()
-        if self._window_steps >= self.trainer.log_every_n_steps:
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # the steps Lightning's loggers write
             self._log_window()
         return loss
 
