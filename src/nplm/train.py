@@ -158,9 +158,10 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     threads = _threads(cfg)
     if threads:
         torch.set_num_threads(threads)
-    if cfg.get("tf32", True) and torch.cuda.is_available():  # TF32 tensor-core matmuls (Ampere and later)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.set_float32_matmul_precision("high")
+    if torch.cuda.is_available():  # tf32: TF32 tensor-core matmuls (Ampere and later), else full fp32
+        tf32 = bool(cfg.get("tf32", True))
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
