@@ -21,6 +21,14 @@ from nplm.trees.tree import Tree
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
 
+def use_tf32(enabled: bool) -> None:
+    """Config key `tf32`: on a CUDA GPU, float32 matmuls on TF32 tensor cores (Ampere and later) or in
+    full float32; nothing on a CPU."""
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+
+
 class LanguageModel(pl.LightningModule):
     """Trains `head.loss(model(context), target)` and evaluates the exact `head.nll`; logs
     `train/ppl` (`train/ppl_sampled` for heads trained on a sampled loss), `val/ppl`, `val/ppl_best`,

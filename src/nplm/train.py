@@ -24,7 +24,7 @@ from nplm.checkpoint import check_resumable
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.heads import head_class
-from nplm.lit import LanguageModel
+from nplm.lit import LanguageModel, use_tf32
 from nplm.runs import finished_job, is_multirun, job_overrides, resolve_resume
 from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
 from nplm.trees import Tree, TreeContext, build_tree
@@ -158,10 +158,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     threads = _threads(cfg)
     if threads:
         torch.set_num_threads(threads)
-    if torch.cuda.is_available():  # tf32: TF32 tensor-core matmuls (Ampere and later), else full fp32
-        tf32 = bool(cfg.get("tf32", True))
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    use_tf32(bool(cfg.get("tf32", True)))
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
