@@ -4,7 +4,10 @@
 Run on a CUDA machine from the repository root (needs hydra-core, omegaconf and wandb besides torch,
 Lightning and pytest):
 
-    python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile] [--skip-tests]
+    python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
+
+(All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
+`--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
 
 1. pytest tests/test_fast_paths.py (its CUDA tests: every head's NLL and gradient on the GPU equal the
    CPU's; a training step of every head, fp32 and bf16 autocast, with sync debug mode "error"), with
@@ -74,6 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="training batches per run (default 300)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compile=true runs")
+    parser.add_argument("--compile-only", action="store_true", help="only the compile=true runs")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
@@ -89,7 +93,7 @@ def main() -> None:
     rows, failed = [], 0
     for name, head in HEADS.items():
         for precision in ("32-true", "bf16-mixed"):
-            for compile_ in ((False,) if args.no_compile else (False, True)):
+            for compile_ in (False,) if args.no_compile else (True,) if args.compile_only else (False, True):
                 try:
                     m = train_run(head, precision, compile_, args.steps)
                     ppl = m.get("train/ppl", m.get("train/ppl_sampled"))
