@@ -171,10 +171,10 @@ def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[li
 
     def mean(xs, spec):
         s = Stat.of(xs)
-        return "" if s.mean is None else format(s.mean, spec)
+        return "" if s.mean is None else format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
 
     body = [[_name(r, root), *(r.overrides.get(k, "") for k in keys), str(len(r.jobs)), str(r.val), str(r.test),
-             mean([j.epochs for j in r.jobs], ".0f"), mean([j.wall_time_s for j in r.jobs], ".0f"), r.status]
+             mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"), r.status]
             for r in rows]
     return header, body
 
@@ -245,7 +245,7 @@ def plots(rows: list[Row]) -> list[tuple[str, str, bytes]]:
         ax.set(title=title, xlabel=key, ylabel="best validation perplexity (mean ± std)")
         ax.grid(alpha=0.3)
         out.append((f"val_ppl_vs_{key.replace('/', '_')}.png", title, png(fig)))
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         curve = r.curve
         if not curve:

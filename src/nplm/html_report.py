@@ -11,10 +11,11 @@ STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1.5em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; white-space: nowrap; }
+td:last-child { white-space: normal; max-width: 32em; }
 th { background: #f0f0f0; cursor: pointer; user-select: none; }
 th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
 tr:nth-child(even) td { background: #fafafa; }
-figure { display: inline-block; margin: 0 1em 1em 0; } img { max-width: 100%; border: 1px solid #ddd; }
+img { width: 540px; max-width: 100%; margin: 0 1em 1em 0; border: 1px solid #ddd; vertical-align: top; }
 """
 
 # Click a header: sort by that column, numbers by value (the mean of "mean ± std"), blanks last;
@@ -41,8 +42,7 @@ def html_page(title: str, header: list[str], body: list[list[str]], images: list
     head = "".join(f"<th>{e(h)}</th>" for h in header)
     rows = "\n".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in body)
     figures = "\n".join(
-        f'<figure><img alt="{e(t)}" title="{e(name)}" src="data:image/png;base64,'
-        f'{base64.b64encode(data).decode()}"><figcaption>{e(t)}</figcaption></figure>'
+        f'<img alt="{e(t)}" title="{e(name)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
         for name, t, data in images)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title><style>{STYLE}</style></head>
