@@ -149,6 +149,10 @@ def test_python_api_applies_the_same_checks(files):
 @pytest.mark.parametrize("argv, message", [
     (["nplm.generate", "{ckpt}", "--temperature", "nan"],
      "nplm: error: --temperature=nan: must be a finite number >= 0 (0 = always the most likely token)\n"),
+    (["nplm.generate", "{ckpt}", "--top-k", "-3"],
+     "nplm: error: --top-k=-3: must be an integer >= 0 (0 = sample among all tokens)\n"),
+    (["nplm.predict", "{ckpt}", "the", "--oov", "drop"], "nplm: error: --oov=drop: must be one of: unk, bengio\n"),
+    (["nplm.evaluate", "{empty}"], "nplm: error: checkpoint={empty}: is empty; not a checkpoint\n"),
     (["nplm.compare", "{folder}", "--plots", "{text}"],
      "nplm: error: --plots={text}: is a file; pass a folder (it is created if missing)\n"),
 ])
@@ -157,3 +161,12 @@ def test_as_a_subprocess_one_line_and_exit_2(argv, message, files):
     result = subprocess.run([sys.executable, "-m", *(a.format(**files) for a in argv)], capture_output=True,
                             text=True, env=env, timeout=120)
     assert (result.returncode, result.stderr, result.stdout) == (2, message.format(**files), "")
+
+
+def test_flags_are_checked_before_torch_is_imported():
+    """eval, generate, predict and compare parse their flags without loading torch or Lightning."""
+    code = ("import sys, nplm.evaluate, nplm.generate, nplm.predict, nplm.compare; "
+            "print(sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert result.stdout == "[]\n", result.stderr

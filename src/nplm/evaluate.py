@@ -12,33 +12,41 @@ from __future__ import annotations
 
 import json
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from nplm import cli_args as arg
-from nplm.checkpoint import load_model
-from nplm.data.corpora import file_tokens
-from nplm.data.datamodule import LMDataModule
-from nplm.data.sources import read_text
-from nplm.data.tokenizers import TOKENIZERS
-from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError, report_user_errors
-from nplm.lit import LanguageModel
+
+if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a bad flag fails at once
+    from nplm.data.windows import Windows
+    from nplm.lit import LanguageModel
 
 
-@torch.no_grad()
 def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024) -> dict:
     """exp(sum of per-token NLL / tokens) over every window, in float64."""
+    import torch
+
+    from nplm.data.windows import BatchIndices
+
     nll_sum, tokens = 0.0, 0
     for idx in BatchIndices(len(windows), batch_size, shuffle=False):
         context, target = windows[idx]
-        nll_sum += module.nll(context, target).double().sum().item()
+        with torch.no_grad():
+            nll_sum += module.nll(context, target).double().sum().item()
         tokens += target.numel()
     return {"ppl": math.exp(nll_sum / tokens), "nll_per_token": nll_sum / tokens, "tokens": tokens}
 
 
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
              batch_size: int = 1024) -> dict:
+    """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text`."""
+    from nplm.checkpoint import load_model
+    from nplm.data.corpora import file_tokens
+    from nplm.data.datamodule import LMDataModule
+    from nplm.data.sources import read_text
+    from nplm.data.tokenizers import TOKENIZERS
+    from nplm.data.windows import Windows
+
     module = load_model(checkpoint)
     k = module.model_cfg.context_size
     data = module.hparams.get("data") or {}

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from nplm import cli_args as arg
-from nplm.checkpoint import load_model
 from nplm.errors import report_user_errors
-from nplm.prompting import OOV_MODES, next_log_probs, prompt_vectors, sample_next
 
 LENGTH = arg.integer(1)
 TEMPERATURE = arg.real(0, meaning="(0 = always the most likely token)")
 TOP_K = arg.integer(0, meaning="(0 = sample among all tokens)")
 SEED = arg.integer(0, 2**63 - 1)
-OOV = arg.choice(*OOV_MODES)
+OOV = arg.choice(*arg.OOV_MODES)
 
 
 def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: float = 1.0,
@@ -27,6 +23,11 @@ def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: 
     for flag, value, checked_type in (("--length", length, LENGTH), ("--temperature", temperature, TEMPERATURE),
                                       ("--top-k", top_k, TOP_K), ("--seed", seed, SEED), ("--oov", oov, OOV)):
         arg.check(flag, value, checked_type)
+    import torch  # here, not at the top: a bad flag is refused before torch and Lightning load
+
+    from nplm.checkpoint import load_model
+    from nplm.prompting import next_log_probs, prompt_vectors, sample_next
+
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, prompt, oov)
     k, C = module.model_cfg.context_size, module.model.C.weight

@@ -8,14 +8,15 @@ from __future__ import annotations
 import logging
 
 from nplm import cli_args as arg
-from nplm.checkpoint import load_model
 from nplm.errors import UserError, report_user_errors
-from nplm.prompting import OOV_MODES, next_log_probs, prompt_vectors
 
 
 def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") -> list[tuple[str, float]]:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UserError(f"--top-k={top_k}: must be an integer >= 1")
+    from nplm.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
+    from nplm.prompting import next_log_probs, prompt_vectors
+
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, context, oov)
     k = module.model_cfg.context_size
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkpoint", type=arg.checkpoint_file, help="a .ckpt file written by nplm-train")
     parser.add_argument("context", help="the preceding text (words, or characters for a character model)")
     parser.add_argument("--top-k", type=arg.integer(1), default=10, help="how many candidates to print (default 10)")
-    parser.add_argument("--oov", type=arg.choice(*OOV_MODES), default="unk",
+    parser.add_argument("--oov", type=arg.choice(*arg.OOV_MODES), default="unk",
                         help="unknown context words: unk (<unk>), or bengio (Bengio et al.'s expected vector)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="nplm: %(levelname)s: %(message)s")
