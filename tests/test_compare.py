@@ -45,12 +45,15 @@ def fake_job(root: Path, name: str, overrides: list[str], val: list[float] | Non
 
 @pytest.fixture
 def sweep(tmp_path) -> Path:
-    """lr 0.1 x seeds 0,1,2 and lr 0.01 x seeds 0,1 finished; one job failed before Hydra's folder."""
+    """lr 0.1 x seeds 0,1,2 and lr 0.01 x seeds 0,1 finished; one running; one failed before Hydra's folder."""
     root = tmp_path / "sweep"
     curves = {("0.1", "0"): [30.0, 20.0, 10.0], ("0.1", "1"): [32.0, 22.0, 12.0], ("0.1", "2"): [34.0, 24.0, 14.0],
               ("0.01", "0"): [40.0, 35.0, 30.0], ("0.01", "1"): [42.0, 37.0, 34.0]}
     for i, ((lr, seed), curve) in enumerate(curves.items()):
         fake_job(root, str(i), [f"optimizer.lr={lr}", f"seed={seed}"], curve, min(curve) + 1)
+    running = fake_job(root, "6", ["optimizer.lr=0.5", "seed=0"], [50.0, 45.0], None, status="running")
+    with open(running / "metrics.csv", "a") as f:
+        f.write("2,30,4")  # a row cut off while being written
     fake_job(root, "5", ["optimizer.lr=-1", "seed=0"], None, None, status="failed",
              error="optimizer.lr=-1: must be a finite number > 0", hydra=False)
     return root
@@ -58,8 +61,8 @@ def sweep(tmp_path) -> Path:
 
 def test_seeds_become_one_row_with_mean_std_and_n(sweep):
     rows = group_seeds(find_jobs([sweep]))
-    assert [len(r.jobs) for r in rows] == [3, 2, 1]
-    best, second, failed = rows
+    assert [len(r.jobs) for r in rows] == [3, 2, 1, 1]
+    best, second, running, failed = rows
     assert best.overrides == {"optimizer.lr": "0.1"}
     assert best.val.mean == pytest.approx(12.0) and best.val.std == pytest.approx(2.0) and best.val.n == 3
     assert best.test.mean == pytest.approx(13.0) and best.test.std == pytest.approx(2.0)
@@ -69,8 +72,10 @@ def test_seeds_become_one_row_with_mean_std_and_n(sweep):
     assert header == ["job", "optimizer.lr", "seed", "n", "val ppl (best)", "test ppl", "epochs", "time (s)", "status"]
     assert body[0] == ["0, 1, 2", "0.1", "", "3", "12.00 ± 2.00", "13.00 ± 2.00", "3", "12", "finished"]
     assert body[1][4] == "32.00 ± 2.83"
+    # a running job is its own row, its best so far from metrics.csv (the half-written row skipped)
+    assert body[2] == ["6", "0.5", "0", "1", "45.00", "", "2", "", "running"]
     # the failed job has no .hydra folder: its overrides come from metrics.json, its error is shown
-    assert body[2] == ["5", "-1", "0", "1", "", "", "", "", "failed: optimizer.lr=-1: must be a finite number > 0"]
+    assert body[3] == ["5", "-1", "0", "1", "", "", "", "", "failed: optimizer.lr=-1: must be a finite number > 0"]
 
 
 def test_cli_writes_markdown_csv_plots_and_creates_missing_folders(sweep, tmp_path, capsys):
@@ -78,10 +83,11 @@ def test_cli_writes_markdown_csv_plots_and_creates_missing_folders(sweep, tmp_pa
     main([str(sweep), "--markdown", str(out / "t.md"), "--csv", str(out / "t.csv"), "--plots", str(out / "plots")])
     printed = capsys.readouterr().out
     assert "12.00 ± 2.00" in printed and "failed: optimizer.lr=-1" in printed
-    assert (out / "t.md").read_text().count("\n") == 5  # header, rule, 3 rows
+    assert (out / "t.md").read_text().count("\n") == 6  # header, rule, 4 rows
     lines = list(csv.DictReader(open(out / "t.csv")))
     assert float(lines[0]["val_ppl_mean"]) == pytest.approx(12.0) and float(lines[0]["val_ppl_std"]) == 2.0
-    assert lines[0]["n"] == "3" and lines[2]["val_ppl_mean"] == ""
+    assert lines[0]["n"] == "3" and lines[3]["val_ppl_mean"] == ""
+    assert (lines[0]["epochs_mean"], lines[0]["time_s_mean"], lines[3]["epochs_mean"]) == ("3.0", "12.0", "")
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["learning_curves.png", "val_ppl_vs_optimizer.lr.png"]
     assert not list(out.rglob(".*.tmp"))
 
@@ -113,7 +119,7 @@ def test_html_report_is_self_contained(sweep, tmp_path):
     text = page.read_text()
     assert text.count('src="data:image/png;base64,') == 2
     assert not re.search(r"(src|href)=\"(https?:)?//", text)  # nothing fetched from the network
-    assert "<td>12.00 ± 2.00</td>" in text and text.count("<tr>") == 4
+    assert "<td>12.00 ± 2.00</td>" in text and text.count("<tr>") == 5
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -137,4 +143,5 @@ def test_html_report_renders_in_headless_chromium(sweep, tmp_path):
     widths = re.search(r'data-widths="([\d,]+)"', dom)
     assert widths and [int(w) > 300 for w in widths.group(1).split(",")] == [True, True]  # both PNGs decoded
     firsts = re.findall(r"<tr><td>([^<]*)</td>", dom)
-    assert firsts == ["3, 4", "0, 1, 2", "5"]  # by test ppl descending (33, 13), the blank one last
+    assert firsts[:2] == ["3, 4", "0, 1, 2"]  # by test ppl descending (33, 13), the blank ones last
+    assert sorted(firsts[2:]) == ["5", "6"]

@@ -105,8 +105,14 @@ def _curve(job_dir: Path) -> list[tuple[int, float]]:
     path = job_dir / "metrics.csv"
     if not path.exists():
         return []
-    with open(path) as f:
-        return [(int(r["epoch"]), float(r["val/ppl"])) for r in csv.DictReader(f) if r.get("val/ppl")]
+    points = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                points.append((int(r["epoch"]), float(r["val/ppl"])))
+            except (KeyError, TypeError, ValueError):  # no validation that epoch, or a row being written
+                continue
+    return points
 
 
 def load_job(job_dir: Path) -> Job:
@@ -196,12 +202,13 @@ def as_csv(rows: list[Row], root: Path | None = None) -> str:
     buf = io.StringIO()
     out = csv.writer(buf)
     out.writerow(["job", *keys, "n", "val_ppl_mean", "val_ppl_std", "val_n", "test_ppl_mean", "test_ppl_std",
-                  "test_n", "status"])
+                  "test_n", "epochs_mean", "time_s_mean", "status"])
     num = lambda x: "" if x is None else repr(x)  # noqa: E731
     for r in rows:
+        epochs, time_s = Stat.of(j.epochs for j in r.jobs), Stat.of(j.wall_time_s for j in r.jobs)
         out.writerow([_name(r, root), *(r.overrides.get(k, "") for k in keys), len(r.jobs),
                       num(r.val.mean), num(r.val.std), r.val.n, num(r.test.mean), num(r.test.std), r.test.n,
-                      r.status])
+                      num(epochs.mean), num(time_s.mean), r.status])
     return buf.getvalue()
 
 
