@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 

@@ -33,7 +33,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                          **kwargs)
 
-    def _get_value(self, action: argparse.Action, arg_string: str):
+    def _get_value(self, action: argparse.Action, arg_string: str):  # argparse calls type= here (3.2-3.13)
         try:
             return super()._get_value(action, arg_string)
         except argparse.ArgumentError as err:  # a checked type refused the value: name flag and value
@@ -41,8 +41,10 @@ class Parser(argparse.ArgumentParser):
             raise argparse.ArgumentError(None, f"{name}={arg_string}: {err.message}") from None
 
     def error(self, message: str):
-        print(f"nplm: error: {message} (see {self.prog} --help)" if "=" not in message.split(":")[0]
-              else f"nplm: error: {message}", file=sys.stderr)
+        """One line, exit 2. A refused value already says what is allowed; argparse's own messages
+        (a missing argument, an unknown flag) point to --help."""
+        names_a_value = "=" in message.split(":")[0]
+        print(f"nplm: error: {message}" + ("" if names_a_value else f" (see {self.prog} --help)"), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
 
 
