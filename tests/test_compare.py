@@ -144,3 +144,30 @@ def test_html_report_renders_in_headless_chromium(sweep, tmp_path):
     firsts = re.findall(r"<tr><td>([^<]*)</td>", dom)
     assert firsts[:2] == ["3, 4", "0, 1, 2"]  # by test ppl descending (33, 13), the blank ones last
     assert sorted(firsts[2:]) == ["5", "6"]
+
+
+def test_a_real_seed_sweep_is_one_row(tmp_path, capsys):
+    """nplm-train -m ... seed=0,1, then nplm-compare: one row, n=2, the mean of the two runs' numbers."""
+    import os
+    import statistics
+    import sys
+
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    done = subprocess.run([sys.executable, "-m", "nplm.train", "-m", "corpus=toy", "model.context_size=3",
+                           "model.embed_dim=8", "model.hidden_dim=8", "trainer.max_epochs=3", "seed=0,1",
+                           "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads((sweep / j / "metrics.json").read_text()) for j in ("0", "1")]
+    vals = [r["metrics"]["val/ppl_best"] for r in records]
+    assert vals[0] != vals[1]  # the seeds gave different runs
+    (row,) = group_seeds(find_jobs([sweep]))
+    assert row.val.n == 2 and row.val.mean == pytest.approx(statistics.fmean(vals))
+    assert row.val.std == pytest.approx(statistics.stdev(vals))
+    with open(sweep / "0" / "metrics.csv") as f:
+        epochs = [int(r["epoch"]) for r in csv.DictReader(f)]
+    assert epochs == [0, 1, 2] and [e for e, _, _ in row.curve] == epochs  # the plots' epochs are the CSV's
+    main([str(sweep)])
+    assert f"{statistics.fmean(vals):.2f} ± {statistics.stdev(vals):.2f}" in capsys.readouterr().out
