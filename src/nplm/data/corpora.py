@@ -64,30 +64,20 @@ class CorpusText:
 
 def split_sizes(total: int, train_size, valid_size, test_size) -> tuple[int, int, int]:
     """Sizes of train/valid/test in tokens. Each size is a count (int), a fraction of `total`
-    (float < 1), or null for "the rest" (at most one of valid/test may be null)."""
+    (float <= 1), or null for "the rest" (at most one of valid/test; nplm.config.schema checks them)."""
 
-    def resolve(size, name: str) -> int | None:
-        if size is None:
-            return None
-        if isinstance(size, float) and 0 <= size <= 1:
-            return int(size * total)
-        if isinstance(size, int) and size >= 0:
-            return size
-        raise UserError(f"corpus.{name}={size!r} is not a token count >= 0 or a fraction in [0, 1]")
+    def resolve(size) -> int | None:
+        return None if size is None else int(size * total) if isinstance(size, float) else int(size)
 
-    n_train, n_valid, n_test = (resolve(s, n) for s, n in
-                                ((train_size, "train_size"), (valid_size, "valid_size"), (test_size, "test_size")))
-    if n_train is None:
-        raise UserError("corpus.train_size must be set (a token count or a fraction)")
-    if n_valid is None and n_test is None:
-        raise UserError("only one of corpus.valid_size / corpus.test_size may be null (the rest)")
+    n_train, n_valid, n_test = resolve(train_size), resolve(valid_size), resolve(test_size)
     if n_valid is None:
         n_valid = total - n_train - n_test
     if n_test is None:
         n_test = total - n_train - n_valid
     if min(n_valid, n_test) < 0 or n_train + n_valid + n_test > total:
-        raise UserError(f"corpus split sizes {n_train}+{n_valid}+{n_test} exceed the corpus' {total} tokens; "
-                        "lower corpus.train_size / valid_size / test_size")
+        raise UserError(f"corpus.train_size={train_size}: with corpus.valid_size={valid_size} and corpus.test_size="
+                        f"{test_size} the splits ({n_train}+{n_valid}+{n_test} tokens) exceed the corpus' {total} "
+                        "tokens; lower them")
     return n_train, n_valid, n_test
 
 
@@ -159,10 +149,6 @@ def load_brown_gpt2(cfg: dict, data_dir: Path) -> CorpusText:
 
 def load_text_files(cfg: dict, data_dir: Path) -> CorpusText:
     """The user's own train/valid/test files: whitespace tokens, `<eos>` after each line if `eos`."""
-    if not cfg.get("train"):
-        raise UserError("corpus=text_files needs corpus.train=/path/to/train.txt (and corpus.valid=...)")
-    if not cfg.get("valid"):
-        raise UserError("corpus=text_files needs corpus.valid=/path/to/valid.txt for validation perplexity")
     encoding = cfg.get("encoding", "utf-8")
     splits, files = {}, {}
     for split in ("train", "valid", "test"):
