@@ -55,7 +55,7 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
     for group in sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in ("hydra", "paths")):
         lines.append(f"  {group}")
         for option, doc in options(group, conf_dir).items():
-            lines.append(f"    {option:28s} {doc[:90]}")
+            lines.append(f"    {option:30s}{doc if len(doc) <= 88 else doc[:87] + '...'}")
     lines += ["", "top-level keys (key=value):"]
     for key, rule in TOP.items():
         lines.append(f"  {key:22s} {TOP_DOC.get(key, '')} [{rule.describe()}]")

@@ -207,6 +207,9 @@ class Section(Rule):
 class Resume(Rule):
     """`resume`: true (the latest unfinished run with these overrides), false/null, or a path."""
 
+    def __call__(self, value) -> str | None:
+        return None if value is None or self.ok(value) else self.describe()
+
     def ok(self, v) -> bool:
         return isinstance(v, bool) or (isinstance(v, str) and v != "")
 

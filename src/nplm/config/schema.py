@@ -149,7 +149,7 @@ TOP: dict[str, Rule] = {
     "experiment_name": Str(),
     "seed": SEED,
     "threads": Int(1, nullable=True),
-    "resume": Resume(nullable=True),
+    "resume": Resume(),
     "resume_allow_changes": Bool(default=False),
     "verbose": Bool(default=False),
     "compile": Bool(default=False),
