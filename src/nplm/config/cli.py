@@ -77,6 +77,7 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     yaml file (`corpus=wikipedia`), a top-level key (`foo=1`) or group key (`model.embedding=16`,
     `+corpus.anything=1`) that no option of the group has. Keys valid in another option of the group
     are left to the schema check on the composed config."""
+    chosen_options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if re.fullmatch(r"\w+=\w+", a)}
     for arg in argv:
         if arg.startswith("-") or "=" not in arg or arg.startswith("~"):
             continue
@@ -96,9 +97,13 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             continue
         group, sub = key.split(".", 1)
         if group in GROUPS and group != "logger":
-            keys = sorted({k for option in GROUPS[group].options for k in GROUPS[group].keys_of(option)})
+            schema = GROUPS[group]
+            chosen = chosen_options.get(group)
+            picked = [chosen] if chosen in schema.options else list(schema.options)
+            keys = sorted({k for option in picked for k in schema.keys_of(option)})
             if sub not in keys:
-                raise UserError(f"{key}={value}: unknown key of {group}; valid keys: {', '.join(keys)}")
+                where = f"{group}={chosen}" if len(picked) == 1 and chosen else group
+                raise UserError(f"{key}={value}: unknown key of {where}; valid keys: {', '.join(keys)}")
 
 
 def command_line(argv: list[str]) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from nplm.config.rules import show
 from nplm.data import sources
 from nplm.data.tokenizers import TOKENIZERS, clean_brown_text
 from nplm.data.vocabulary import EOS
@@ -75,9 +76,10 @@ def split_sizes(total: int, train_size, valid_size, test_size) -> tuple[int, int
     if n_test is None:
         n_test = total - n_train - n_valid
     if min(n_valid, n_test) < 0 or n_train + n_valid + n_test > total:
-        raise UserError(f"corpus.train_size={train_size}: with corpus.valid_size={valid_size} and corpus.test_size="
-                        f"{test_size} the splits ({n_train}+{n_valid}+{n_test} tokens) exceed the corpus' {total} "
-                        "tokens; lower them")
+        asked = n_train + max(n_valid, 0) + max(n_test, 0)
+        raise UserError(f"corpus.train_size={show(train_size)}: with corpus.valid_size={show(valid_size)} and "
+                        f"corpus.test_size={show(test_size)} the splits need {asked} tokens, more than the corpus' "
+                        f"{total}; lower them")
     return n_train, n_valid, n_test
 
 
