@@ -108,6 +108,11 @@ def test_context_longer_than_a_split(tmp_path):
                  *text_files(tmp_path, b"a b\n"), "model.context_size=5")
 
 
+def test_a_fraction_of_batches_that_leaves_none(tmp_path):
+    expect_error(tmp_path, "trainer.limit_train_batches=0.001: leaves no batch of the train split (4 batches of 32 "
+                 "windows); use at least 0.25, or a count like 1", *TOY_FAST, "trainer.limit_train_batches=0.001")
+
+
 def test_split_with_no_tokens(tmp_path):
     expect_error(tmp_path, "corpus.valid_size=0: the valid split of corpus 'tiny_shakespeare' has no tokens; "
                  "raise corpus.valid_size", "corpus=tiny_shakespeare", "corpus.valid_size=0", "corpus.test_size=0.1")

@@ -164,6 +164,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
+    dm.require_batches(cfg.trainer)
     embeddings = None
     if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
         embeddings = bootstrap_embeddings(cfg, out_dir / "bootstrap")

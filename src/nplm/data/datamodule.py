@@ -97,6 +97,19 @@ class LMDataModule(pl.LightningDataModule):
                             "least 2, lower corpus.min_count")
         return vocab
 
+    def require_batches(self, trainer_cfg) -> None:
+        """A fraction `trainer.limit_*_batches` that leaves a split no whole batch is refused here, with the
+        smallest fraction that works (Lightning would stop with a traceback after the run started)."""
+        for split, key, batch_size in (("train", "limit_train_batches", self.batch_size),
+                                       ("valid", "limit_val_batches", self.eval_batch_size),
+                                       ("test", "limit_test_batches", self.eval_batch_size)):
+            limit = trainer_cfg.get(key)
+            if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
+                batches = -(-len(self.windows[split]) // batch_size)
+                if int(limit * batches) == 0:
+                    raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
+                                    f"of {batch_size} windows); use at least {1 / batches:.3g}, or a count like 1")
+
     def has_split(self, split: str) -> bool:
         return split in self.windows
 
