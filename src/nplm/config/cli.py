@@ -8,6 +8,7 @@ line of their yaml file, and the top-level keys from `nplm.config.schema`.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -109,7 +110,10 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
 def command_line(argv: list[str]) -> None:
     """`--help`: print the page and exit 0; an impossible override: one line on stderr, exit 2."""
     if any(a in HELP_FLAGS for a in argv):
-        print(help_text())
+        try:
+            print(help_text(), flush=True)
+        except BrokenPipeError:  # `nplm-train --help | head`: the reader left, nothing is wrong
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     try:
         check_overrides(argv)
