@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -190,6 +191,17 @@ class Betas(Rule):
 
     def text(self) -> str:
         return "two numbers in [0, 1), e.g. [0.9,0.999]"
+
+
+@dataclass(frozen=True)
+class MaxTime(Rule):
+    """Lightning's `max_time` as text: days:hours:minutes:seconds."""
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str) and re.fullmatch(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", v) is not None
+
+    def text(self) -> str:
+        return 'a duration "DD:HH:MM:SS", e.g. "00:12:00:00"'
 
 
 @dataclass(frozen=True)

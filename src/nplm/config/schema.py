@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nplm.config.rules import (AnyOf, Betas, Bool, Check, Choice, Encoding, FilePath, Float, Int, IntList,
-                               Resume, Rule, Section, Size, Str, StrList, show)
+                               MaxTime, Resume, Rule, Section, Size, Str, StrList, show)
 from nplm.errors import UserError
 
 SEED = Int(0, 2**32 - 1)
@@ -94,10 +94,15 @@ TREE = Group(nullable=True, options={
     "huffman": {},
     "brown": {"num_classes": Int(2), "sweeps": Int(0), "within": Choice(options=("huffman", "balanced"))},
     "wordnet": {"unplaced": Choice(options=("nearest", "subtree")), **NLTK, "download": Bool(), "dim": Int(1),
-                "contexts": Int(1), "iterations": Int(1), "seed": TREE_SEED},
+                "contexts": Int(1), "iterations": Int(1), "seed": TREE_SEED,
+                "binarise": Choice(options=("balanced", "kmeans"), default="balanced")},
+    # balanced/normalize: today's 2-means builder; split/eps/runs/bootstrap_checkpoint: branch i17's (NEW_KEYS.md)
     "learned": {"balanced": Bool(), "normalize": Bool(), "iterations": Int(1), "seed": TREE_SEED,
                 "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet")),
-                "bootstrap_epochs": Int(1)},
+                "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run"),
+                "split": Choice(options=("adaptive", "balanced"), default="adaptive"),
+                "eps": Float(ge=0, lt=0.5, default=0.0), "runs": Int(1, default=1),
+                "bootstrap_checkpoint": FilePath(nullable=True)},
     "file": {"path": FilePath(required=True, hint="e.g. tree.path=<run>/tree.json")},
 })
 
@@ -128,6 +133,7 @@ TRAINER = Group(options={"": {
     "num_sanity_val_steps": Int(-1), "deterministic": Bool(), "benchmark": Bool(nullable=True),
     "enable_progress_bar": Bool(nullable=True), "detect_anomaly": Bool(),
     "limit_train_batches": BATCH_LIMIT, "limit_val_batches": BATCH_LIMIT, "limit_test_batches": BATCH_LIMIT,
+    "max_time": MaxTime(nullable=True),
     "check_val_every_n_epoch": Int(1), "accumulate_grad_batches": Int(1), "use_distributed_sampler": Bool(),
 }})
 
@@ -154,6 +160,7 @@ TOP: dict[str, Rule] = {
     "verbose": Bool(default=False),
     "compile": Bool(default=False),
     "tf32": Bool(default=True),
+    "stop_at": Float(gt=0, nullable=True),
 }
 # What each top-level key does, for `nplm-train --help`.
 TOP_DOC = {
@@ -165,6 +172,7 @@ TOP_DOC = {
     "verbose": "show third-party info and warnings that are silenced by default",
     "compile": "torch.compile the training step",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
+    "stop_at": "Unix time: train until then (Lightning's max_time), then test the best checkpoint",
 }
 
 
