@@ -71,7 +71,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     assert "1 job(s) of the sweep failed" in first.stderr
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished"
-    assert bad == {"status": "failed", "error": "model.embed_dim=-1 must be >= 1 (m, the word feature size)",
+    assert bad == {"status": "failed", "error": "model.embed_dim=-1: must be an integer >= 1",
                    "overrides": ["corpus=toy", "logger=none", "model.embed_dim=-1", "paths.data_dir=" + str(tmp_path),
                                  "threads=1", "trainer.max_epochs=1"]}
     stamp = (sweep / "0" / "metrics.json").stat().st_mtime
@@ -84,7 +84,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     compare_main([str(sweep), "--markdown", str(tmp_path / "t.md"), "--csv", str(tmp_path / "t.csv"),
                   "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
-    assert "failed: model.embed_dim=-1 must be >= 1" in out
+    assert "failed: model.embed_dim=-1: must be an integer >= 1" in out
     assert (tmp_path / "t.md").read_text().count("\n") == 4
     assert (tmp_path / "plots" / "learning_curves.png").stat().st_size > 1000
 

@@ -27,9 +27,16 @@ def records(sweep: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
 
 
+def installed(module: str) -> bool:
+    """find_spec of a dotted name raises when its parent package (hydra_plugins) is absent."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def needs(module: str):
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None,
-                              reason=f"{module} not installed (pip install -e '.[sweep]')")
+    return pytest.mark.skipif(not installed(module), reason=f"{module} not installed (pip install -e '.[sweep]')")
 
 
 def test_context_length_preset_runs_six_jobs(tmp_path):

@@ -21,6 +21,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nplm.checkpoint import check_resumable
+from nplm.config import validate
+from nplm.config.cli import CONF_DIR, command_line
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.heads import head_class
@@ -30,9 +32,6 @@ from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, 
 from nplm.trees import Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
-
-# conf/ at the top of the repository (nplm is installed in editable mode, `pip install -e .`).
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Hydra's second-resolution timestamps collide when jobs start together: add a random suffix.
 OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
@@ -130,6 +129,7 @@ def train(cfg: DictConfig) -> dict:
         log.info("skipping %s: already finished", fresh)
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     try:
+        cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
         out_dir, ckpt = resolve_resume(cfg.get("resume"), fresh, overrides)
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
@@ -164,6 +164,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
+    dm.require_batches(cfg.trainer)
     embeddings = None
     if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
         embeddings = bootstrap_embeddings(cfg, out_dir / "bootstrap")
@@ -237,6 +238,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    command_line(sys.argv[1:])  # --help, and overrides no config has: answered before Hydra starts
     _hydra_main()
     if _failed_jobs:
         print(f"nplm: error: {len(_failed_jobs)} job(s) of the sweep failed; see their metrics.json "
