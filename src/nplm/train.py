@@ -138,7 +138,8 @@ def train(cfg: DictConfig) -> dict:
         except UserError:
             discard_fresh(fresh)  # nothing written; an old job folder stays as it was
             raise
-        done = finished_job(out_dir, overrides)
+        if cfg.get("resume") in (True, "true"):  # the newest run with these overrides had finished
+            done = finished_job(out_dir, overrides)
     if done is not None:
         log.info("skipping %s: already finished", done["dir"])
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
@@ -148,7 +149,7 @@ def train(cfg: DictConfig) -> dict:
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
         finish_wandb(failed=True)
-        if ckpt is None:  # never an older run's folder
+        if ckpt is None or not ckpt.is_relative_to(fresh):  # never an older run's folder
             shutil.rmtree(fresh, ignore_errors=True)
         if is_multirun():  # the sweep goes on; the job's folder says why it failed
             fresh.mkdir(parents=True, exist_ok=True)
