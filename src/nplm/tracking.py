@@ -5,7 +5,9 @@ Every run directory holds
   best metrics, corpus statistics and what reproduces the run (seed, git commit, data checksums,
   versions, command line);
 - `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, lr, time);
-- with `logger=wandb` (the default) an offline W&B run under `wandb/`, and Lightning's CSV log.
+- with `logger=wandb` (the default) an offline W&B run under `wandb/` (its id in `wandb_id.txt`, so a
+  resumed run reopens it), and Lightning's CSV log `csv/metrics.csv`. Both metrics files hold each
+  epoch once however often the run was killed and resumed.
 """
 
 from __future__ import annotations
