@@ -25,6 +25,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ProgressBar
 
+from nplm.errors import UserError
+
 log = logging.getLogger(__name__)
 
 BAR_REFRESH_S = 0.5  # how often a terminal bar reads the loss
@@ -84,6 +86,8 @@ class Progress(ProgressBar):
 
     def __init__(self, interval: float = 30.0, live: bool | None = None):
         super().__init__()
+        if not float(interval) > 0:
+            raise UserError(f"progress.interval={interval}: must be > 0 (seconds between progress lines)")
         self.interval = float(interval)
         self.live = sys.stdout.isatty() if live is None else live
         self._enabled = True
