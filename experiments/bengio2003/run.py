@@ -102,12 +102,22 @@ def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | 
 
     if torch.cuda.is_available():  # the run's own record names the CPU only
         summary["machine"] += f", {torch.cuda.get_device_name()}"
-    patience = 3 if recipe == "converged" else 2
     result = {"row": row, "recipe": recipe, "lr": lr, **summary,
-              "early_stopped": summary["epochs"] - summary["best_epoch"] >= patience, "mixture": mixed}
+              "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2), "mixture": mixed}
     write_result(RESULTS, name, result)
     print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
           f"{mixed['test']['mix_fixed']:.1f}", flush=True)
+
+
+def stopped_by(history: list[dict], patience: int) -> str:
+    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
+    epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
+    times = sorted(r["train/epoch_time_s"] for r in history)
+    partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+    best = 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+    if partial:
+        return f"time limit ({len(history) - best} epochs after the best)"
+    return "early stopping" if len(history) - best >= patience else "epoch limit"
 
 
 # -- the README ------------------------------------------------------------------------------------
@@ -155,7 +165,7 @@ def tables() -> str:
             mixed = got["mixture"]
             lines.append(f"| {row.upper()} | {recipe} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
                          f"{mixed['test']['mix_em']:.1f} | {got['test']:.1f} |")
-            stopped = {True: "early stopping", False: "time or epoch limit", None: ""}[got.get("early_stopped")]
+            stopped = got.get("stopped_by", "")
             tried = ", ".join(f"{lr}: {v}" for lr, v in got.get("lr_candidates", {}).items())
             runs_table.append(f"| {row.upper()} | {recipe} | {got['epochs']} | {got['best_epoch']} | {stopped} | {tried} | "
                               f"{got['train_s_per_epoch']:.0f} | {got['train_s_per_epoch'] * got['epochs'] / 60:.0f} | "
