@@ -189,6 +189,11 @@ def errors(result) -> list[str]:
                              "dropout, embed_dim, hidden_dim, sparse_embeddings"),
     (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_gpt2, text_files, tiny_shakespeare, "
                            "toy"),
+    # a key of another option of the group (Hydra alone says so in five lines, exit 1)
+    (["head.node_dim=4"], "head.node_dim=4: not a key of head=softmax; it is a key of head=hierarchical: "
+                          "add head=hierarchical"),
+    (["optimizer.momentum=0.9"], "optimizer.momentum=0.9: not a key of optimizer=adam; it is a key of "
+                                 "optimizer=sgd: add optimizer=sgd"),
 ])
 def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
     result = cli(tmp_path, "corpus=toy", *args)
@@ -226,6 +231,17 @@ def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
         assert line in page, line
     short = subprocess.run([sys.executable, "-m", "nplm.train", "-h"], capture_output=True, text=True, timeout=120)
     assert short.returncode == 0 and short.stdout == page
+
+
+def test_a_bad_value_is_refused_before_torch_loads():
+    code = ("import sys\n"
+            "from nplm.config.cli import command_line\n"
+            "try:\n    command_line(['corpus=toy', 'model.context_size=2.5'])\nexcept SystemExit as e:\n"
+            "    assert e.code == 2, e.code\n"
+            "assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "nplm: error: model.context_size=2.5: must be an integer >= 1"
 
 
 def test_import_nplm_is_cheap():

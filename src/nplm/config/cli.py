@@ -107,6 +107,49 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                 raise UserError(f"{key}={value}: unknown key of {where}; valid keys: {', '.join(keys)}")
 
 
+def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Compose the config of a single run (as Hydra will) and check it against the schema before torch
+    loads. A composition error becomes one line: above all a key that exists only in another option of
+    its group (`head.node_dim=4` while head is softmax), which Hydra reports in five lines with exit 1.
+    Multiruns are composed and checked per job (`nplm.train.train`)."""
+    if any(a.startswith("-") for a in argv):  # -m, --cfg, --hydra-help, ...: Hydra's own modes
+        return
+    overrides = [a for a in argv if "=" in a and not a.lstrip("+~").startswith("hydra")]
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    except HydraException as err:
+        text = str(err)
+        failed = re.search(r"Could not override '([\w.]+)'", text)
+        if not failed or "." not in failed.group(1):
+            raise UserError(text.splitlines()[0] if text else type(err).__name__) from None
+        key = failed.group(1)
+        group, sub = key.split(".", 1)
+        arg = next((a.lstrip("+") for a in overrides if a.lstrip("+").startswith(key + "=")), key)
+        schema = GROUPS.get(group)
+        holders = [o for o in schema.options if sub in schema.keys_of(o)] if schema else []
+        rest = [a for a in overrides if not a.lstrip("+").startswith(key + "=")]
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            chosen = compose(config_name="train", overrides=rest).get(group) or {}
+        where = f"{group}={chosen.get('name')}" if chosen.get("name") else f"the chosen {group}"
+        hint = f"; it is a key of {group}={'/'.join(holders)}: add {group}={holders[0]}" if holders else ""
+        raise UserError(f"{arg}: not a key of {where}{hint}") from None
+    # Every value against the schema now, in half a second, rather than after torch and Lightning load.
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from nplm.config.schema import validate
+
+    HydraConfig.instance().set_config(cfg)  # what ${hydra:...} in paths resolves against
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.output_dir = "<the run folder Hydra makes>"  # runtime.output_dir exists only in a run
+    validate(cfg)
+
+
 def command_line(argv: list[str]) -> None:
     """`--help`: print the page and exit 0; an impossible override: one line on stderr, exit 2."""
     if any(a in HELP_FLAGS for a in argv):
@@ -117,6 +160,7 @@ def command_line(argv: list[str]) -> None:
         sys.exit(0)
     try:
         check_overrides(argv)
+        check_composition(argv)
     except UserError as err:
         print(f"nplm: error: {err}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
