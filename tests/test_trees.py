@@ -189,15 +189,26 @@ def wordnet_vectors() -> np.ndarray:
 
 
 def test_wordnet_tree_keeps_is_a_siblings_together_and_places_a_word_without_synset_by_its_vector():
-    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="nearest")
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="nearest", binarise="kmeans")
     dog, cat, oak, car, zorp = 0, 1, 3, 5, 7
     assert distance(tree, dog, cat) < distance(tree, dog, oak) < distance(tree, dog, car)
     assert distance(tree, zorp, cat) < distance(tree, zorp, oak) < distance(tree, zorp, car)
     assert sorted(root_split(tree, set(range(7))), key=min) == [{0, 1, 2, 3, 4}, {5, 6}]
 
 
+def test_wordnet_balanced_binarisation_keeps_a_deep_is_a_chain_shallow():
+    V = 64  # word w hangs under the chain s0 > s1 > ... > s_w: a caterpillar of IS-A levels
+    paths = {w: [f"s{k}" for k in range(w + 1)] + [f"w{w}"] for w in range(V)}
+    vectors = np.random.default_rng(0).normal(size=(V, 4))
+    assert tree_from_hypernyms(paths, vectors, binarise="kmeans").stats()["max_depth"] == V - 1
+    balanced = tree_from_hypernyms(paths, vectors, binarise="balanced")
+    assert balanced.stats()["max_depth"] <= math.ceil(math.log2(V)) + 4  # 10, against 63
+    with pytest.raises(UserError, match=r"tree.binarise='median' is not one of: balanced, kmeans"):
+        tree_from_hypernyms(paths, vectors, binarise="median")
+
+
 def test_wordnet_subtree_mode_gives_words_without_synset_their_own_root_child():
-    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree")
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree", binarise="kmeans")
     assert sorted(root_split(tree, set(range(9))), key=min) == [set(range(7)), {7, 8}]
     with pytest.raises(UserError, match=r"tree.unplaced='closest' is not one of: nearest, subtree"):
         tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="closest")
