@@ -4,6 +4,16 @@
     python experiments/morin2005/run.py --rows timing,hierarchical-huffman --threads 2
     python experiments/morin2005/run.py --report-only
     python experiments/morin2005/run.py --rows nplm --rerun      # after raising max_epochs
+    python experiments/morin2005/run.py --parallel 12 --device gpu --budget-s 1100   # gpu_runs.sh
+
+`--parallel N` trains the network rows N at a time, each in its own process (`threads=1`), every
+one to convergence (early stopping, patience 2, at most MAX_EPOCHS epochs); rows already converged
+in outputs/morin2005/ are skipped, the others start afresh or go on from their last checkpoint.
+With `--budget-s S` every row stops training by S seconds after the start (less a margin for its
+test pass), tests its best checkpoint and writes its result with "converged": false, so a second
+call goes on from there. Learned-tree rows take their first model from the random-tree row of the
+same node form (`tree.bootstrap_checkpoint`): its best model once it has finished, or its model after
+BOOT_EPOCHS epochs if that comes first.
 
 Tables 1 and 2 (timing): training and test time per example of the NPLM with the full softmax, with
 importance sampling and with the hierarchical output layer (balanced tree; also with row-sparse
@@ -22,12 +32,14 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary, train_row,
-                              valid_test, write_result)
+from nplm.replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+                              run_summary, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
@@ -39,19 +51,38 @@ TIMED = {  # row: (head, row-sparse updates of C)
     "softmax": ("softmax", False), "importance_sampling": ("importance_sampling", False),
     "hierarchical": ("hierarchical", False), "hierarchical, sparse C": ("hierarchical", True)}
 PUBLISHED_SPEEDUP = {"softmax": (1.0, 1.0), "importance_sampling": (68.7, 1.22), "hierarchical": (258.0, 193.0)}
+TREES = ("wordnet", "balanced", "random", "huffman", "brown", "learned")
+LOGISTIC = ["head.node_form=logistic"]
+# Mnih & Hinton (2009)'s learned trees, logistic nodes: (row suffix, tree options); "" is ADAPTIVE
+LEARNED = {"": [], "-balanced": ["tree.split=balanced"], "-eps0.25": ["tree.eps=0.25"], "-eps0.4": ["tree.eps=0.4"],
+           "-eps0.4-x2": ["tree.eps=0.4", "tree.runs=2"], "-eps0.4-x4": ["tree.eps=0.4", "tree.runs=4"]}
 NETWORKS = {  # row: (overrides, published test perplexity)
     "nplm": (["experiment=morin2005/nplm"], 195.3),
     "importance_sampling": (["experiment=morin2005/importance_sampling"], 192.6),
     **{f"hierarchical-{tree}": (["experiment=morin2005/hierarchical", f"tree={tree}"], 220.7 if tree == "wordnet" else None)
-       for tree in ("wordnet", "balanced", "huffman", "brown", "learned")},
+       for tree in TREES},
     # the same trees with word2vec's / Mnih & Hinton's node, sigmoid(b_n + q_n . f): one F-vector per node
-    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", "head.node_form=logistic"], None)
-       for tree in ("balanced", "huffman", "brown", "learned")},
+    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", *LOGISTIC], None)
+       for tree in TREES},
+    **{f"hierarchical-learned{suffix}-logistic": (["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC,
+                                                   *options], None) for suffix, options in LEARNED.items() if suffix},
+    # candidate fixes from probes.py: the best tree with less dropout on the features the nodes read
+    "hierarchical-brown-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=brown", *LOGISTIC,
+                                                 "model.dropout=0.25"], None),
+    "hierarchical-learned-eps0.4-x4-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=learned",
+                                                             *LOGISTIC, "tree.eps=0.4", "tree.runs=4",
+                                                             "model.dropout=0.25"], None),
+    "nplm-dropout0.25": (["experiment=morin2005/nplm", "model.dropout=0.25"], None),
     # depth-2 trees, not in the paper: frequency-bin classes, and the top 100 subtrees of the Brown tree
     "two-level-classes": (["experiment=morin2005/class_based"], None),
     "two-level-brown": (["experiment=morin2005/class_based", "head.classes=tree", "tree=brown"], None),
 }
 NGRAMS = {"interpolated-trigram": 268.7, "class500": 249.1}
+MAX_EPOCHS, PATIENCE = 100, 2  # --parallel: to convergence; MAX_EPOCHS is only a safety net
+CONVERGE = [f"trainer.max_epochs={MAX_EPOCHS}", f"callbacks.early_stopping_patience={PATIENCE}"]
+TEST_MARGIN_S = 90  # --budget-s: a row stops training this long before the budget ends (test pass, result)
+MIN_START_S = 240  # --budget-s: a row is not started with less than this left (at most a quarter of the budget)
+BOOT_EPOCHS = 5  # --parallel: a learned-tree row starts from its random-tree row after this many epochs of it
 ROWS = ("timing", *NGRAMS, *NETWORKS)
 
 
@@ -125,15 +156,128 @@ def count_ngram(key: str) -> None:
                                 **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}})
 
 
+def network_result(row: str, record: dict, overrides: list[str]) -> dict:
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)), "converged": converged(record)}
+    if record.get("tree"):
+        result["tree"] = record["tree"]
+    return result
+
+
+def converged(record: dict) -> bool:
+    """Early stopping ended the run: PATIENCE epochs after the best one without a better val/ppl (or
+    the MAX_EPOCHS safety net)."""
+    history = record.get("history") or []
+    if record.get("status") != "finished" or not history:
+        return False
+    best = min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+    return len(history) - 1 - best >= PATIENCE or len(history) >= MAX_EPOCHS
+
+
 def train_network(row: str, threads: int, rerun: bool) -> None:
     overrides = NETWORKS[row][0]
     record = train_row(row, overrides, OUT / row, threads, rerun)
     if record is not None:
-        result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides))}
-        if record.get("tree"):
-            result["tree"] = record["tree"]
+        result = network_result(row, record, overrides)
         write_result(RESULTS, row, result)
         print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
+
+
+def bootstrap_row(row: str) -> str | None:
+    """The random-tree row whose model a learned-tree row clusters (same node form), or None."""
+    if "-learned" not in row:
+        return None
+    return "hierarchical-random-logistic" if "-logistic" in row else "hierarchical-random"
+
+
+def bootstrap_checkpoint(dep: str) -> Path | None:
+    """The first model for the learned-tree rows of `dep` (a random-tree row): its best checkpoint once
+    it has finished, or before that a copy of its last checkpoint once it has trained BOOT_EPOCHS
+    epochs (OUT/<dep>-bootstrap.ckpt, kept for the rows that start later); None while neither."""
+    import torch
+
+    record = read_record(OUT / dep)
+    if record and record.get("status") == "finished":
+        return Path(record["best_checkpoint"])
+    snapshot = OUT / f"{dep}-bootstrap.ckpt"
+    if snapshot.exists():
+        return snapshot
+    history = OUT / dep / "metrics.csv"
+    if not history.exists() or len(history.read_text().splitlines()) - 1 < BOOT_EPOCHS:
+        return None
+    partial = snapshot.with_suffix(".tmp")
+    try:  # last.ckpt may be half-written right now: copy, check it loads, else try again later
+        partial.write_bytes((OUT / dep / "checkpoints" / "last.ckpt").read_bytes())
+        torch.load(partial, map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    partial.replace(snapshot)
+    return snapshot
+
+
+def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float | None,
+                   extra: list[str] | None = None) -> None:
+    """Train `rows` (network rows) `parallel` at a time, one process each (threads=1), to convergence;
+    see the module docstring. Results are written as each row ends; a row that fails is reported and
+    the others go on."""
+    start = time.time()
+    deadline = start + budget_s if budget_s else None
+    pending, running = list(rows), {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    while pending or running:
+        for row, (proc, log, overrides) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[row]
+            record = read_record(OUT / row)
+            if proc.returncode == 0 and record and record.get("status") == "finished":
+                result = network_result(row, record, overrides)
+                write_result(RESULTS, row, result)
+                print(f"[{time.time() - start:6.0f} s] {row}: valid {result['valid']:.1f} test {result['test']:.1f}, "
+                      f"{result['epochs']} epochs (best {result['best_epoch']}), "
+                      f"{'converged' if result['converged'] else 'NOT converged'}", flush=True)
+            else:
+                print(f"[{time.time() - start:6.0f} s] {row}: exit {proc.returncode}; see {OUT / row}.log", flush=True)
+        for row in list(pending):
+            if len(running) >= parallel:
+                break
+            record = read_record(OUT / row)
+            if record and converged(record):
+                pending.remove(row)
+                write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0]))
+                print(f"{row}: converged earlier, result rewritten from {OUT / row}", flush=True)
+                continue
+            bootstrap = []
+            if (dep := bootstrap_row(row)) is not None:
+                first = bootstrap_checkpoint(dep)
+                if first is None and (dep in pending or dep in running):
+                    continue  # waits for its first model
+                if first is None:
+                    pending.remove(row)
+                    print(f"{row}: skipped, its first model ({dep}) did not train {BOOT_EPOCHS} epochs", flush=True)
+                    continue
+                bootstrap.append(f"tree.bootstrap_checkpoint={first}")
+            if deadline is not None and deadline - time.time() < min(MIN_START_S, budget_s / 4):
+                pending.remove(row)
+                print(f"{row}: not started, less than {MIN_START_S} s of the budget left", flush=True)
+                continue
+            pending.remove(row)
+            run_dir = OUT / row
+            overrides = NETWORKS[row][0]
+            command = [*overrides, *CONVERGE, *(extra or []), *bootstrap, "threads=1", "logger=none",
+                       f"hydra.run.dir={run_dir}"]
+            if device == "gpu":
+                command.append("trainer=gpu")
+            if deadline is not None:
+                command.append(f"stop_at={deadline - min(TEST_MARGIN_S, budget_s / 10):.0f}")
+            if (run_dir / "checkpoints" / "last.ckpt").exists():
+                command.append(f"resume={run_dir}")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            log = open(f"{run_dir}.log", "a")
+            print(f"[{time.time() - start:6.0f} s] {row}: nplm-train {' '.join(command)}", flush=True)
+            running[row] = (subprocess.Popen([sys.executable, "-m", "nplm.train", *command], cwd=ROOT, stdout=log,
+                                             stderr=subprocess.STDOUT, env=env), log, overrides)
+        time.sleep(1)
 
 
 # -- the README --------------------------------------------------------------------------------------
@@ -153,17 +297,31 @@ def tables() -> str:
             pub_train, pub_test = PUBLISHED_SPEEDUP.get(name, ("", ""))
             lines.append(f"| {name} | {1000 / train_rate:.4f} | {train_rate / rates['softmax'][0]:.1f} | {pub_train} | "
                          f"{1000 / test_rate:.4f} | {test_rate / rates['softmax'][1]:.2f} | {pub_test} |")
-    lines += ["", "Table 3, perplexity:", "",
-              "| model | published test | ours valid / test | epochs | train s/epoch | tree |",
-              "|---|---:|---:|---:|---:|---|"]
+    lines += ["", "Table 3, perplexity (epochs: trained / best; * = stopped by the epoch cap or the time budget, "
+                  "not by early stopping):", "",
+              "| model | published test | ours valid / test | vs softmax | epochs | train s/epoch |",
+              "|---|---:|---:|---:|---:|---:|"]
+    softmax = load_result(RESULTS, "nplm")
     for key, published in [*NGRAMS.items(), *((k, v[1]) for k, v in NETWORKS.items())]:
         got = load_result(RESULTS, key)
-        tree = (got or {}).get("tree")
-        tree_cell = (f"depth {tree['mean_depth']:.1f}, code {tree['expected_code_length_bits']:.2f} bits "
-                     f"(entropy {tree['unigram_entropy_bits']:.2f})" if tree else "")
+        if got is None and key not in NGRAMS and key != "nplm":
+            continue
+        vs = f"{100 * (got['test'] / softmax['test'] - 1):+.1f}%" if got and softmax else ""
+        epochs = ""
+        if got and got.get("epochs"):
+            epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if got.get('converged') else '*'}"
         lines.append(f"| {key} | {published or ''} | {valid_test(got['valid'], got['test'], 1) if got else ''} | "
-                     f"{got.get('epochs', '') if got else ''} | {got.get('train_s_per_epoch', '') if got else ''} | {tree_cell} |")
-    softmax = load_result(RESULTS, "nplm")
+                     f"{vs} | {epochs} | {got.get('train_s_per_epoch', '') if got else ''} |")
+    tree_rows = [(k, r["tree"]) for k in NETWORKS if (r := load_result(RESULTS, k)) and r.get("tree")]
+    if tree_rows:
+        lines += ["", "Trees (depth: mean / max path length; code: expected path length under the unigram, "
+                      "bits; a multi-code word's depth is the mean over its codes):", "",
+                  "| row | tree | mean depth | max depth | code bits | entropy bits | codes per word |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for key, tree in tree_rows:
+            lines.append(f"| {key} | {tree['kind']} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
+                         f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} | "
+                         f"{tree.get('codes_per_word', 1.0):.2f} |")
     trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k))}
     if softmax and trees:
         best = min(trees, key=lambda k: trees[k]["test"])
@@ -177,7 +335,15 @@ def tables() -> str:
     return "\n".join(lines) + "\n"
 
 
+def priority(row: str) -> int:
+    """Launch order: the first models of the learned trees, then the slowest rows, then the rest."""
+    if row in ("hierarchical-random", "hierarchical-random-logistic"):
+        return 0
+    return 1 if row.startswith(("nplm", "importance", "two-level")) else 2
+
+
 def main() -> None:
+    global RESULTS, OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
@@ -185,11 +351,24 @@ def main() -> None:
     parser.add_argument("--rerun", action="store_true",
                         help="redo the chosen rows though they have results (networks go on from their last "
                              "checkpoint; delete outputs/morin2005/<row> to train one from scratch)")
+    parser.add_argument("--parallel", type=int, default=0,
+                        help="train the network rows N at a time, each to convergence (module docstring)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="with --parallel: trainer=gpu or not")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="with --parallel: stop every row by this many seconds after the start")
+    parser.add_argument("--extra", default="", help="with --parallel: overrides added to every row (a smoke test: "
+                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
+    parser.add_argument("--results", default=str(RESULTS), help="with --parallel: where result files go")
+    parser.add_argument("--runs", default=str(OUT), help="with --parallel: where the rows' run folders go")
     args = parser.parse_args()
     chosen = args.rows.split(",") if args.rows else list(ROWS)
     if unknown := sorted(set(chosen) - set(ROWS)):
         raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
-    if not args.report_only:
+    if args.parallel and not args.report_only:  # (the README is still written from results/ below)
+        RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
+        rows = [r for r in chosen if r in NETWORKS and ("wordnet" not in r or wordnet_installed())]
+        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split())
+    elif not args.report_only:
         for row in chosen:
             if not args.rerun and load_result(RESULTS, row):
                 print(f"{row}: done, skipping")
@@ -201,7 +380,8 @@ def main() -> None:
                 print("hierarchical-wordnet: skipped, NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
             else:
                 train_network(row, args.threads, args.rerun)
-    (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
+    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
+        (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
     print(tables())
 
 

@@ -55,6 +55,19 @@ def _container(node) -> dict:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
 
 
+class StopAt(pl.Callback):
+    """Stops training after the batch during which the wall clock passes `deadline` (Unix time). Not
+    Lightning's max_time, whose elapsed time is restored with a checkpoint: a resumed run would stop
+    at once. Holds no state, so a run stopped here goes on from its last checkpoint like any other."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        if time.time() >= self.deadline:
+            trainer.should_stop = True
+
+
 def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory) -> pl.Trainer:
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
@@ -70,6 +83,10 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
     trainer_cfg = _container(cfg.trainer)
+    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
+        if float(cfg.stop_at) <= time.time():
+            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
+        callbacks.append(StopAt(float(cfg.stop_at)))
     if trainer_cfg.get("enable_progress_bar") is None:
         # A live bar in a terminal; plain per-epoch log lines in batch jobs and CI logs.
         trainer_cfg["enable_progress_bar"] = sys.stdout.isatty()
@@ -108,6 +125,8 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
     1. train a first model with `tree.bootstrap` (default random) for `tree.bootstrap_epochs` epochs
        (null: as the run itself, trainer.max_epochs with its early stopping); a killed phase goes on
        from bootstrap/checkpoints/last.ckpt, a finished one (bootstrap/metrics.json) is not redone;
+       `tree.bootstrap_checkpoint` (a .ckpt of a model trained on a random tree, e.g. another run's
+       best) skips this phase, so several learned trees can share one first model;
     2. average its predicted representations per word (`trees.learned.predicted_word_vectors`) ->
        bootstrap/word_vectors.pt, and cluster them into the tree -> bootstrap/learned_tree.json.
 
@@ -116,6 +135,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
     from nplm.trees.learned import predicted_word_vectors
 
     tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
+    given = cfg.tree.get("bootstrap_checkpoint")  # phase 1 done elsewhere: a finished run on a random tree
     if tree_path.exists():
         tree = Tree.load(tree_path)
         tree.check_vocabulary(dm.vocab.tokens)
@@ -123,7 +143,9 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
         return tree
     if not vectors_path.exists():
         record = read_record(out_dir)
-        if record and record.get("status") == "finished":
+        if given:
+            best = given
+        elif record and record.get("status") == "finished":
             best = record["best_checkpoint"]
         else:
             sub = OmegaConf.to_container(cfg, resolve=True)
@@ -137,6 +159,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
                      sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
             best = _train(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
         vectors = predicted_word_vectors(load_model(best), dm.windows["train"].windows, len(dm.vocab))
+        out_dir.mkdir(parents=True, exist_ok=True)
         torch.save(vectors, vectors_path.with_suffix(".tmp"))
         vectors_path.with_suffix(".tmp").replace(vectors_path)
     vectors = torch.load(vectors_path, map_location="cpu", weights_only=True)
