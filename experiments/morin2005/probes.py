@@ -34,6 +34,7 @@ PROBES = {  # probe: overrides on top of BASE (the baseline: balanced tree, Mori
     "dropout-0": ["model.dropout=0"],
     "logistic-dropout-0.25": ["head.node_form=logistic", "model.dropout=0.25"],
     "node-hidden-64": ["head.node_hidden=64", "head.node_dim=64"],
+    "softmax-lr-3e-3": ["head=softmax", "optimizer.lr=0.003"],
     "lr-3e-3": ["optimizer.lr=0.003"],
     "logistic-lr-3e-3": ["head.node_form=logistic", "optimizer.lr=0.003"],
     "brown-logistic": ["tree=brown", "head.node_form=logistic"],
@@ -44,20 +45,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(PROBES)}")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=0,
+                        help=f"full epochs instead of {PROBE_EPOCHS} quarter-epochs (results under '<probe>@<n>ep')")
     args = parser.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in (args.only.split(",") if args.only else PROBES):
-        if name in results:
+        key = f"{name}@{args.epochs}ep" if args.epochs else name
+        if key in results:
             continue
+        base = BASE if not args.epochs else [*BASE[:2], f"trainer.max_epochs={args.epochs}", *BASE[4:]]
         start = time.perf_counter()
-        record = train_row(name, BASE + PROBES[name], OUT / name, args.threads)
+        record = train_row(key, base + PROBES[name], OUT / key, args.threads)
         if record is None:
             continue
-        results[name] = {"overrides": PROBES[name], "valid": [round(r["val/ppl"], 1) for r in record["history"]],
-                         "s": round(time.perf_counter() - start)}
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # another call may have added some
+        results[key] = {"overrides": base[1:] + PROBES[name],
+                        "valid": [round(r["val/ppl"], 1) for r in record["history"]], "s": round(time.perf_counter() - start)}
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"{name}: valid {results[name]['valid']} ({results[name]['s']} s)", flush=True)
+        print(f"{key}: valid {results[key]['valid']} ({results[key]['s']} s)", flush=True)
 
 
 if __name__ == "__main__":
