@@ -18,7 +18,7 @@ import os
 import time
 from pathlib import Path
 
-from nplm.replication import train_row
+from nplm.replication import read_record, train_row
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "probes.json"
@@ -38,7 +38,17 @@ PROBES = {  # probe: overrides on top of BASE (the baseline: balanced tree, Mori
     "lr-3e-3": ["optimizer.lr=0.003"],
     "logistic-lr-3e-3": ["head.node_form=logistic", "optimizer.lr=0.003"],
     "brown-logistic": ["tree=brown", "head.node_form=logistic"],
+    "random-logistic": ["tree=random", "head.node_form=logistic"],
+    # learned trees clustering the random-logistic probe's model ({random-logistic}: its best checkpoint)
+    "learned-logistic": ["tree=learned", "head.node_form=logistic", "tree.bootstrap_checkpoint={random-logistic}"],
+    "learned-eps0.4-x2-logistic": ["tree=learned", "head.node_form=logistic", "tree.eps=0.4", "tree.runs=2",
+                                   "tree.bootstrap_checkpoint={random-logistic}"],
 }
+
+
+def best_checkpoint(run_dir: Path) -> str:
+    record = read_record(run_dir)
+    return record["best_checkpoint"] if record else "missing: run the random-logistic probe first"
 
 
 def main() -> None:
@@ -55,7 +65,8 @@ def main() -> None:
             continue
         base = BASE if not args.epochs else [*BASE[:2], f"trainer.max_epochs={args.epochs}", *BASE[4:]]
         start = time.perf_counter()
-        record = train_row(key, base + PROBES[name], OUT / key, args.threads)
+        overrides = [o.replace("{random-logistic}", str(best_checkpoint(OUT / "random-logistic"))) for o in PROBES[name]]
+        record = train_row(key, base + overrides, OUT / key, args.threads)
         if record is None:
             continue
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # another call may have added some

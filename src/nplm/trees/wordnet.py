@@ -15,11 +15,11 @@ with one child is skipped. Specifics of this implementation:
   and a child synset holding more than OPEN_SHARE of its parent's words is opened up in place (its
   children join its siblings), so no IS-A level costs a binary decision that barely splits the
   words; `binarise=kmeans`: plain 2-means cuts of the children, which split a few outlying children
-  off at a time. Morin & Bengio's Brown protocol (10,000 words; first-synset hypernym paths of mean
-  length 6.3, max 18; unplaced=nearest): kmeans mean depth 37.1 (max 78), balanced cuts alone 22.1
-  (max 41), balanced with opening at 1/2 19.1 (max 31), at 1/4 17.1 (max 25, expected code length
-  17.9 bits), against 13.4 (max 14) for the balanced tree. Unary chains (a synset with one child)
-  add no node in either mode. The paper says it binarised the children by a
+  off at a time. On Morin & Bengio's Brown protocol (10,000 words; first-synset hypernym paths of
+  mean length 6.3, max 18), experiments/morin2005/results/tree-shapes.json: kmeans mean depth 35.2
+  (max 68), balanced 17.1 (max 26), against 13.4 (max 14) for the balanced tree of the sorted
+  vocabulary. (Opening children above 1/2 instead of 1/4 gave 19.1, balanced cuts without opening
+  22.1.) Unary chains (a synset with one child) add no node in either mode. The paper says it binarised the children by a
   data-driven clustering (K-means-like) without giving the resulting depth; the balanced cut is our
   choice, to keep paths short (each node on a path is one more binary decision to learn).
 - Words without a synset (function words, punctuation, names WordNet lacks, `<unk>`) are placed by
