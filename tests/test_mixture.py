@@ -167,9 +167,9 @@ def test_cli_prints_a_table_writes_json_and_rejects_user_mistakes(runs, tmp_path
     assert "mix w=0.25" in table and "valid" in table and "test" in table
     saved = json.loads(out.read_text())
     assert saved["ngram"] == "kn2" and saved["weights"]["fixed"] == 0.25
-    for argv, message in [([ckpt, "--ngram", "kn9"], "'kn9' is not one of: interpolated-trigram, kn1"),
-                          ([ckpt, "--ngram", "trigram"], "'trigram' is not one of"),
-                          ([ckpt, "--weight", "1.5"], "weight 1.5 must be a number in [0, 1]"),
+    for argv, message in [([ckpt, "--ngram", "kn9"], "--ngram=kn9: must be one of: interpolated-trigram, kn1"),
+                          ([ckpt, "--ngram", "trigram"], "--ngram=trigram: must be one of"),
+                          ([ckpt, "--weight", "1.5"], "--weight=1.5: must be a finite number in [0, 1]"),
                           ([str(tmp_path / "missing.ckpt")], "does not exist")]:
         with pytest.raises(SystemExit) as exit_info:
             main(argv + ["--data-dir", data_dir])

@@ -47,7 +47,11 @@ NGRAMS = {  # key: (label, published (valid, test))
        for c, pub in ((150, (348, 334)), (200, (354, 340)), (500, (326, 312)), (1000, (335, 319)),
                       (2000, (343, 326)))},
 }
-RECIPES = ("paper", "modern")
+RECIPES = ("paper", "modern", "converged")
+# `converged`: the paper recipe with no epoch cap (conf/experiment/bengio2003/converged.yaml), one run per
+# step size in --lrs (eps_0 per batch of 128; r stays the paper's 1e-8 per example), the row's result the
+# step size with the best validation perplexity.
+DEFAULT_LRS = "0.128"
 BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
 CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (set in paper.yaml)
 
@@ -76,35 +80,63 @@ def count_ngrams(keys: list[str], rerun: bool) -> None:
         print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
 
 
-def train_network(recipe: str, row: str, threads: int, rerun: bool) -> None:
+def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | None = None,
+                  extra: list[str] = ()) -> None:
     """Train (or resume; with `rerun`, go on from the last checkpoint of a finished run) one network row,
-    then mix it with the interpolated trigram."""
+    then mix it with the interpolated trigram. `lr`: the `converged` recipe's step size for this run;
+    `extra`: overrides that do not change what is trained (trainer=gpu, logger=csv, trainer.max_time)."""
     from nplm.mixture import mix
 
-    name = f"{recipe}-{row}"
+    name = f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else "")
     if not rerun and load_result(RESULTS, name):
         print(f"{name}: done, skipping")
         return
     experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
-    record = train_row(name, [f"experiment={experiment}"], OUT / recipe / row, threads, rerun)
+    overrides = [f"experiment={experiment}"] + ([f"optimizer.lr={lr:g}"] if lr is not None else [])
+    record = train_row(name, [*overrides, *extra], OUT / recipe / name, threads, rerun)
     if record is None:
         return
     mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
-    result = {"row": row, "recipe": recipe, **run_summary(record, f"nplm-train experiment={experiment}"),
-              "mixture": mixed}
+    summary = run_summary(record, "nplm-train " + " ".join([*overrides, *extra]))
+    import torch
+
+    if torch.cuda.is_available():  # the run's own record names the CPU only
+        summary["machine"] += f", {torch.cuda.get_device_name()}"
+    result = {"row": row, "recipe": recipe, "lr": lr, **summary,
+              "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2), "mixture": mixed}
     write_result(RESULTS, name, result)
     print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
           f"{mixed['test']['mix_fixed']:.1f}", flush=True)
 
 
+def stopped_by(history: list[dict], patience: int) -> str:
+    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
+    epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
+    times = sorted(r["train/epoch_time_s"] for r in history)
+    partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+    best = 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+    if partial:
+        return f"time limit ({len(history) - best} epochs after the best)"
+    return "early stopping" if len(history) - best >= patience else "epoch limit"
+
+
 # -- the README ------------------------------------------------------------------------------------
 def _load(name: str) -> dict | None:
+    """A row's result; for `converged-<row>`, the step size with the best validation perplexity, with
+    every candidate's validation perplexity under "lr_candidates"."""
+    if name.startswith("converged-"):
+        runs = [r for path in sorted(RESULTS.glob(f"{name}-lr*.json")) if (r := load_result(RESULTS, path.stem))]
+        if not runs:
+            return None
+        best = min(runs, key=lambda r: r["valid"])
+        return {**best, "lr_candidates": {f"{r['lr']:g}": round(r["valid"], 1) for r in runs}}
     return load_result(RESULTS, name)
 
 
 def tables() -> str:
-    lines = ["| row | n | h | m | direct | mix | published valid / test | `paper` recipe | `modern` recipe |",
-             "|---|---:|---:|---:|---|---|---:|---:|---:|"]
+    lines = ["| row | n | h | m | direct | mix | published valid / test | `paper` recipe (20 epochs) | `modern` recipe "
+             "| `converged` (paper recipe, early stopping) |",
+             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     for row, (n, h, m, direct, alone, mixed, mixed_name) in NETWORKS.items():
         runs = {r: _load(f"{r}-{row}") for r in RECIPES}
         cells = [valid_test(runs[r]["valid"], runs[r]["test"]) if runs[r] else "" for r in RECIPES]
@@ -122,8 +154,9 @@ def tables() -> str:
                      f"{valid_test(got['valid'], got['test']) if got else ''} | |")
     lines += ["", "Mixture weights fitted by EM on validation (network share w; 0.5/0.5 above):", "",
               "| row | recipe | w | valid | test | network alone, test |", "|---|---|---:|---:|---:|---:|"]
-    runs_table = ["| row | recipe | epochs | best epoch | train s/epoch | training time, all epochs (min) | command | machine |",
-                  "|---|---|---:|---:|---:|---:|---|---|"]
+    runs_table = ["| row | recipe | epochs | best epoch | stopped by | step sizes tried: valid | train s/epoch | "
+                  "training time, all epochs (min) | command | machine |",
+                  "|---|---|---:|---:|---|---|---:|---:|---|---|"]
     for row in NETWORKS:
         for recipe in RECIPES:
             got = _load(f"{recipe}-{row}")
@@ -132,7 +165,9 @@ def tables() -> str:
             mixed = got["mixture"]
             lines.append(f"| {row.upper()} | {recipe} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
                          f"{mixed['test']['mix_em']:.1f} | {got['test']:.1f} |")
-            runs_table.append(f"| {row.upper()} | {recipe} | {got['epochs']} | {got['best_epoch']} | "
+            stopped = got.get("stopped_by", "")
+            tried = ", ".join(f"{lr}: {v}" for lr, v in got.get("lr_candidates", {}).items())
+            runs_table.append(f"| {row.upper()} | {recipe} | {got['epochs']} | {got['best_epoch']} | {stopped} | {tried} | "
                               f"{got['train_s_per_epoch']:.0f} | {got['train_s_per_epoch'] * got['epochs'] / 60:.0f} | "
                               f"`{got['command']}` | "
                               f"{got['machine']} |")
@@ -180,6 +215,10 @@ def main() -> None:
     parser.add_argument("--recipes", default=",".join(RECIPES), help="paper,modern (default both)")
     parser.add_argument("--rows", default="", help="comma-separated: mlp1..mlp9, wide and n-gram keys (default all)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per network run (default 2)")
+    parser.add_argument("--lrs", default=DEFAULT_LRS,
+                        help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
+    parser.add_argument("--extra", default="", help="overrides for every network run that leave the model and "
+                        "recipe alone, e.g. 'trainer=gpu logger=csv trainer.max_time=00:00:20:00'")
     parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
     parser.add_argument("--rerun", action="store_true",
                         help="redo the chosen rows though they have results: count the n-grams again, and train "
@@ -197,7 +236,9 @@ def main() -> None:
         count_ngrams([k for k in chosen if k in NGRAMS], args.rerun)
         for recipe in recipes:
             for row in (r for r in chosen if r in NETWORKS and not (recipe == "paper" and NETWORKS[r][4] is None)):
-                train_network(recipe, row, args.threads, args.rerun)
+                lrs = [float(x) for x in args.lrs.split(",")] if recipe == "converged" else [None]
+                for lr in lrs:
+                    train_network(recipe, row, args.threads, args.rerun, lr, args.extra.split())
     intro = (HERE / "INTRO.md").read_text()
     (HERE / "README.md").write_text(intro + "\n" + tables())
     print(tables())

@@ -13,15 +13,17 @@ from nplm.lit import CHECKPOINT_KEY, LanguageModel
 def read_checkpoint(path: str | Path) -> dict:
     """The checkpoint's dict; plain tensors and containers only, nothing is unpickled as code."""
     p = Path(path).expanduser()
+    if p.is_dir():
+        raise UserError(f"checkpoint={p}: is a folder; pass a <run>/checkpoints/*.ckpt file")
     if not p.is_file():
-        raise UserError(f"checkpoint {str(p)!r} does not exist; pass a <run>/checkpoints/*.ckpt file")
+        raise UserError(f"checkpoint={p}: does not exist; pass a <run>/checkpoints/*.ckpt file")
     try:
         ckpt = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, corrupt, or holding pickled objects
-        raise UserError(f"checkpoint {str(p)!r} cannot be read safely ({type(err).__name__}); "
+    except Exception as err:  # empty, truncated, corrupt, or holding pickled objects
+        raise UserError(f"checkpoint={p}: cannot be read safely ({type(err).__name__}); "
                         "is it a complete nplm checkpoint?") from None
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt or "hyper_parameters" not in ckpt:
-        raise UserError(f"{str(p)!r} is not an nplm checkpoint (no vocabulary or hyperparameters in it)")
+        raise UserError(f"checkpoint={p}: is not an nplm checkpoint (no vocabulary or hyperparameters in it)")
     return ckpt
 
 
@@ -34,7 +36,7 @@ def load_model(path: str | Path) -> LanguageModel:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
         first = str(err).splitlines()[0]
-        raise UserError(f"checkpoint {str(path)!r} does not match its own model config ({first})") from None
+        raise UserError(f"checkpoint={path}: does not match its own model config ({first})") from None
     return module.eval()
 
 

@@ -1,25 +1,32 @@
 """nplm-compare: a sweep (or any runs) as one table and a few plots.
 
     nplm-compare outputs/default/multiruns/2026-11-21_10-00-00_ab12cd
-    nplm-compare outputs/brown_mlp1 --markdown table.md --csv table.csv --plots plots/
+    nplm-compare outputs/brown_mlp1 --markdown table.md --csv table.csv --plots plots/ --html report.html
 
-Every folder below the given paths that holds a `metrics.json` is a job. The table has each job's
-overrides, best validation perplexity, test perplexity, epochs, wall time and status (finished,
-failed with its error, or running), sorted by validation perplexity; jobs without one come last.
-Plots: validation perplexity against each swept parameter, and every job's learning curve.
+Every folder below the given paths that holds a `metrics.json` is a job. Finished jobs that differ
+only in `seed` are one row: the mean, the sample standard deviation (`±`, over n >= 2 seeds) and n
+of the best validation and the test perplexity; learning curves show that mean with a ±1 std band.
+Failed, running and unreadable jobs keep a row each, with their overrides and error. Rows are
+sorted by validation perplexity; rows without one come last.
+
+Epochs are counted as in the training log and the run's metrics.csv: epoch 0 is the first epoch
+(Lightning's count). The table's `epochs` column is the number of epochs completed.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nplm import cli_args as arg
 from nplm.errors import UserError, report_user_errors
+
+SEED = "seed"
 
 
 @dataclass
@@ -32,70 +39,149 @@ class Job:
     epochs: int | None
     wall_time_s: float | None
     error: str = ""
-    curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch, val/ppl)
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch from 0, val/ppl)
 
 
-def _overrides(job_dir: Path) -> dict[str, str]:
+@dataclass
+class Stat:
+    """mean, sample std (None for n < 2) and n of the values that exist."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values) -> Stat:
+        xs = [float(v) for v in values if v is not None and not math.isnan(v)]
+        if not xs:
+            return cls(None, None, 0)
+        return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None, len(xs))
+
+    def __str__(self) -> str:
+        if self.mean is None:
+            return ""
+        return f"{self.mean:.2f}" + (f" ± {self.std:.2f}" if self.std is not None else "")
+
+
+@dataclass
+class Row:
+    """One table row: the jobs of one setting (several seeds of a finished setting, else one job)."""
+
+    jobs: list[Job]
+    overrides: dict[str, str]  # without `seed` when the row averages seeds
+    val: Stat
+    test: Stat
+
+    @property
+    def status(self) -> str:
+        j = self.jobs[0]
+        return f"{j.status}: {j.error[:120]}" if j.error else j.status
+
+    @property
+    def curve(self) -> list[tuple[int, float, float | None]]:
+        """(epoch, mean val/ppl, std) over the row's jobs at every epoch they all reached."""
+        per_epoch: dict[int, list[float]] = {}
+        for j in self.jobs:
+            for epoch, ppl in j.curve:
+                per_epoch.setdefault(epoch, []).append(ppl)
+        points = [(e, Stat.of(v)) for e, v in sorted(per_epoch.items()) if len(v) == len(self.jobs)]
+        return [(e, s.mean, s.std) for e, s in points]
+
+
+def _overrides(job_dir: Path, record: dict) -> dict[str, str]:
+    """The job's overrides: `.hydra/overrides.yaml`, else the `overrides` list in its metrics.json
+    (a job refused before Hydra wrote its folder has only that)."""
     path = job_dir / ".hydra" / "overrides.yaml"
-    if not path.exists():
-        return {}
-    items = [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
+    if path.exists():
+        items = [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
+    else:
+        items = [str(o) for o in record.get("overrides") or []]
     pairs = (item.split("=", 1) for item in items if "=" in item)
-    return {k.lstrip("+~"): v.strip("'\"") for k, v in pairs if not k.startswith("hydra.")}
+    return {k.lstrip("+~"): v.strip("'\"") for k, v in pairs
+            if not k.startswith("hydra.") and not k.startswith("paths.")}
 
 
 def _curve(job_dir: Path) -> list[tuple[int, float]]:
     path = job_dir / "metrics.csv"
     if not path.exists():
         return []
-    with open(path) as f:
-        return [(int(r["epoch"]) + 1, float(r["val/ppl"])) for r in csv.DictReader(f) if r.get("val/ppl")]
+    points = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                points.append((int(r["epoch"]), float(r["val/ppl"])))
+            except (KeyError, TypeError, ValueError):  # no validation that epoch, or a row being written
+                continue
+    return points
 
 
 def load_job(job_dir: Path) -> Job:
     try:
         record = json.loads((job_dir / "metrics.json").read_text())
     except (OSError, ValueError) as err:
-        return Job(job_dir, _overrides(job_dir), "unreadable", None, None, None, None, error=str(err))
+        return Job(job_dir, _overrides(job_dir, {}), "unreadable", None, None, None, None, error=str(err))
     curve = _curve(job_dir)
     metrics = record.get("metrics") or {}
     val = metrics.get("val/ppl_best")
     if val is None and curve:  # running or failed: the best so far
         val = min(p for _, p in curve)
-    return Job(job_dir, _overrides(job_dir), record.get("status", "unknown"), val, metrics.get("test/ppl"),
+    return Job(job_dir, _overrides(job_dir, record), record.get("status", "unknown"), val, metrics.get("test/ppl"),
                record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve)
 
 
 def find_jobs(paths: list[Path]) -> list[Job]:
     dirs = []
     for path in paths:
-        if not path.exists():
-            raise UserError(f"{str(path)!r} does not exist; pass run or sweep folders (e.g. outputs/<experiment>)")
+        if not path.is_dir():
+            raise UserError(f"{path}: is not a folder; pass run or sweep folders (e.g. outputs/<experiment>)")
         dirs += [p.parent for p in sorted(path.rglob("metrics.json")) if "bootstrap" not in p.parts]
     if not dirs:
         raise UserError(f"no metrics.json below {', '.join(map(str, paths))}; is this an nplm output folder?")
-    jobs = [load_job(d) for d in dirs]
-    return sorted(jobs, key=lambda j: (j.val_ppl is None, j.val_ppl if j.val_ppl is not None else 0.0))
+    return [load_job(d) for d in dirs]
 
 
-def swept_keys(jobs: list[Job]) -> list[str]:
-    keys = sorted({k for j in jobs for k in j.overrides})
-    return [k for k in keys if len({j.overrides.get(k) for j in jobs}) > 1]
-
-
-def rows(jobs: list[Job], root: Path | None = None) -> tuple[list[str], list[list[str]]]:
-    keys = swept_keys(jobs) or sorted({k for j in jobs for k in j.overrides})
-    header = ["job", *keys, "val ppl (best)", "test ppl", "epochs", "time (s)", "status"]
-
-    def fmt(x, spec=".2f"):
-        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-    body = []
+def group_seeds(jobs: list[Job]) -> list[Row]:
+    """Finished jobs that differ only in `seed` become one row; every other job is a row of its own."""
+    groups: dict[tuple, list[Job]] = {}
+    rows = []
     for j in jobs:
-        name = str(j.path.relative_to(root)) if root and j.path.is_relative_to(root) else str(j.path)
-        status = j.status if not j.error else f"{j.status}: {j.error[:80]}"
-        body.append([name, *(j.overrides.get(k, "") for k in keys), fmt(j.val_ppl), fmt(j.test_ppl),
-                     fmt(j.epochs, "d"), fmt(j.wall_time_s, ".0f"), status])
+        if j.status == "finished":
+            setting = {k: v for k, v in j.overrides.items() if k != SEED}
+            groups.setdefault(tuple(sorted(setting.items())), []).append(j)
+        else:
+            rows.append(Row([j], j.overrides, Stat.of([j.val_ppl]), Stat.of([j.test_ppl])))
+    for setting, members in groups.items():
+        overrides = dict(setting) if len(members) > 1 else members[0].overrides
+        rows.append(Row(members, overrides, Stat.of(j.val_ppl for j in members), Stat.of(j.test_ppl for j in members)))
+    return sorted(rows, key=lambda r: (r.val.mean is None, r.val.mean or 0.0))
+
+
+def swept_keys(rows: list[Row]) -> list[str]:
+    """Override keys whose value differs between rows (all keys if none differ)."""
+    keys = sorted({k for r in rows for k in r.overrides})
+    return [k for k in keys if len({r.overrides.get(k) for r in rows}) > 1] or keys
+
+
+def _name(row: Row, root: Path | None) -> str:
+    def one(p: Path) -> str:
+        return str(p.relative_to(root)) if root and p.is_relative_to(root) and p != root else str(p)
+
+    return ", ".join(one(j.path) for j in row.jobs)
+
+
+def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[list[str]]]:
+    """Header and cells: job(s), swept overrides, n, val and test perplexity (mean ± std), epochs,
+    wall time (mean over the row's jobs), status."""
+    keys = swept_keys(rows)
+    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", "status"]
+
+    def mean(xs, spec):
+        s = Stat.of(xs)
+        return "" if s.mean is None else format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
+
+    body = [[_name(r, root), *(r.overrides.get(k, "") for k in keys), str(len(r.jobs)), str(r.val), str(r.test),
+             mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"), r.status]
+            for r in rows]
     return header, body
 
 
@@ -110,81 +196,114 @@ def as_markdown(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(out + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]) + "\n"
 
 
-def as_csv(header: list[str], body: list[list[str]]) -> str:
+def as_csv(rows: list[Row], root: Path | None = None) -> str:
+    """The table with numbers in their own columns: mean, std and n for val and test perplexity."""
+    keys = swept_keys(rows)
     buf = io.StringIO()
-    csv.writer(buf).writerows([header, *body])
+    out = csv.writer(buf)
+    out.writerow(["job", *keys, "n", "val_ppl_mean", "val_ppl_std", "val_n", "test_ppl_mean", "test_ppl_std",
+                  "test_n", "epochs_mean", "time_s_mean", "status"])
+    num = lambda x: "" if x is None else repr(x)  # noqa: E731
+    for r in rows:
+        epochs, time_s = Stat.of(j.epochs for j in r.jobs), Stat.of(j.wall_time_s for j in r.jobs)
+        out.writerow([_name(r, root), *(r.overrides.get(k, "") for k in keys), len(r.jobs),
+                      num(r.val.mean), num(r.val.std), r.val.n, num(r.test.mean), num(r.test.std), r.test.n,
+                      num(epochs.mean), num(time_s.mean), r.status])
     return buf.getvalue()
 
 
-def plot(jobs: list[Job], out_dir: Path) -> list[Path]:
-    """PNG plots: best validation perplexity against each swept parameter; all learning curves."""
+def _label(row: Row, keys: list[str]) -> str:
+    label = ", ".join(f"{k}={row.overrides.get(k, '')}" for k in keys if k != SEED) or row.jobs[0].path.name
+    if len(row.jobs) > 1:
+        label += f" (n={len(row.jobs)})"
+    return label if row.jobs[0].status == "finished" else f"{label} ({row.jobs[0].status})"
+
+
+def plots(rows: list[Row]) -> list[tuple[str, str, bytes]]:
+    """(file name, title, PNG bytes): best validation perplexity against each swept parameter (mean
+    with ±1 std error bars over seeds), and the learning curves (mean with a ±1 std band)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    scored = [j for j in jobs if j.val_ppl is not None]
-    for key in swept_keys(jobs):
-        points = [(j.overrides.get(key, ""), j.val_ppl) for j in scored]
+    def png(fig) -> bytes:
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        return buf.getvalue()
+
+    out = []
+    scored = [r for r in rows if r.val.mean is not None]
+    keys = [k for k in swept_keys(rows) if k != SEED]
+    for key in keys if len(rows) > 1 else []:
+        values = [r.overrides.get(key, "") for r in scored]
         fig, ax = plt.subplots(figsize=(6, 4))
         try:
-            xs = [float(x) for x, _ in points]
-            order = sorted(range(len(points)), key=lambda i: xs[i])
-            ax.plot([xs[i] for i in order], [points[i][1] for i in order], "o")
+            xs = [float(v) for v in values]
         except ValueError:  # categorical values
-            labels = sorted({x for x, _ in points})
-            ax.plot([labels.index(x) for x, _ in points], [y for _, y in points], "o")
+            labels = sorted(set(values))
+            xs = [labels.index(v) for v in values]
             ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-        ax.set_xlabel(key)
-        ax.set_ylabel("best validation perplexity")
+        ax.errorbar(xs, [r.val.mean for r in scored], yerr=[r.val.std or 0.0 for r in scored], fmt="o", capsize=3)
+        title = f"Best validation perplexity by {key}"
+        ax.set(title=title, xlabel=key, ylabel="best validation perplexity (mean ± std)")
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out_dir / f"val_ppl_vs_{key.replace('/', '_')}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    keys = swept_keys(jobs)
-    for j in jobs:
-        if j.curve:
-            label = ", ".join(f"{k}={j.overrides.get(k, '')}" for k in keys) or j.path.name
-            ax.plot(*zip(*j.curve), marker=".", label=f"{label} ({j.status})" if j.status != "finished" else label)
-    ax.set_xlabel("epoch")
+        out.append((f"val_ppl_vs_{key.replace('/', '_')}.png", title, png(fig)))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        curve = r.curve
+        if not curve:
+            continue
+        epochs, means, stds = zip(*curve)
+        line, = ax.plot(epochs, means, marker=".", label=_label(r, keys))
+        if len(r.jobs) > 1:
+            lo = [m - (s or 0.0) for m, s in zip(means, stds)]
+            hi = [m + (s or 0.0) for m, s in zip(means, stds)]
+            ax.fill_between(epochs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    title = "Validation perplexity per epoch"
+    if any(len(r.jobs) > 1 for r in rows):
+        title += " (mean ± std over seeds)"
+    ax.set(title=title, xlabel="epoch (0 = the first, as in metrics.csv)", ylabel="validation perplexity")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("validation perplexity")
     ax.grid(alpha=0.3)
-    if len(jobs) <= 12:
+    if 0 < len(rows) <= 12 and ax.get_lines():
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out_dir / "learning_curves.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return written + [path]
+    out.append(("learning_curves.png", title, png(fig)))
+    return out
 
 
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nplm-compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("paths", nargs="+", type=Path, help="run or sweep folders (searched recursively)")
-    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
-    parser.add_argument("--csv", type=Path, help="also write the table as CSV to this file")
-    parser.add_argument("--plots", type=Path, help="write PNG plots into this folder")
+    parser = arg.Parser("nplm-compare", __doc__)
+    parser.add_argument("paths", nargs="+", type=arg.input_dir, help="run or sweep folders (searched recursively)")
+    parser.add_argument("--markdown", type=arg.output_file, help="also write the table as Markdown to this file")
+    parser.add_argument("--csv", type=arg.output_file, help="also write the table as CSV to this file")
+    parser.add_argument("--plots", type=arg.output_dir, help="write PNG plots into this folder (created if missing)")
+    parser.add_argument("--html", type=arg.output_file,
+                        help="write one self-contained HTML page: the sortable table and the plots")
     args = parser.parse_args(argv)
-    jobs = find_jobs(args.paths)
-    root = args.paths[0] if len(args.paths) == 1 and args.paths[0].is_dir() else None
-    header, body = rows(jobs, root)
+    rows = group_seeds(find_jobs(args.paths))
+    root = args.paths[0] if len(args.paths) == 1 else None
+    header, body = table(rows, root)
     print(as_text(header, body))
     if args.markdown:
-        args.markdown.write_text(as_markdown(header, body))
+        arg.write_text(args.markdown, as_markdown(header, body), "--markdown")
     if args.csv:
-        args.csv.write_text(as_csv(header, body))
+        arg.write_text(args.csv, as_csv(rows, root), "--csv")
+    images = plots(rows) if args.plots or args.html else []
     if args.plots:
-        for path in plot(jobs, args.plots):
-            print(f"wrote {path}")
+        for name, _, data in images:
+            arg.write_text(args.plots / name, data, "--plots")
+            print(f"wrote {args.plots / name}")
+    if args.html:
+        from nplm.html_report import html_page
+
+        title = f"nplm-compare: {', '.join(str(p) for p in args.paths)}"
+        arg.write_text(args.html, html_page(title, header, body, images), "--html")
+        print(f"wrote {args.html}")
 
 
 if __name__ == "__main__":

@@ -2,71 +2,91 @@
 
     nplm-eval outputs/.../checkpoints/best-epoch004.ckpt --split test
     nplm-eval outputs/.../checkpoints/last.ckpt --text my_text.txt
+
+A --text file is tokenised exactly as the checkpoint's corpus tokenised its own text (its encoding and
+lowercasing, <eos> after every line for text_files, characters for tiny_shakespeare), so evaluating
+a run's own test file gives the run's test perplexity.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+from typing import TYPE_CHECKING
 
-import torch
-
-from nplm.checkpoint import load_model
-from nplm.data.datamodule import LMDataModule
-from nplm.data.sources import read_text
-from nplm.data.tokenizers import TOKENIZERS
-from nplm.data.windows import BatchIndices, Windows
+from nplm import cli_args as arg
 from nplm.errors import UserError, report_user_errors
-from nplm.lit import LanguageModel
+
+if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a bad flag fails at once
+    from nplm.data.windows import Windows
+    from nplm.lit import LanguageModel
 
 
-@torch.no_grad()
 def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024) -> dict:
     """exp(sum of per-token NLL / tokens) over every window, in float64."""
+    import torch
+
+    from nplm.data.windows import BatchIndices
+
     nll_sum, tokens = 0.0, 0
     for idx in BatchIndices(len(windows), batch_size, shuffle=False):
         context, target = windows[idx]
-        nll_sum += module.nll(context, target).double().sum().item()
+        with torch.no_grad():
+            nll_sum += module.nll(context, target).double().sum().item()
         tokens += target.numel()
     return {"ppl": math.exp(nll_sum / tokens), "nll_per_token": nll_sum / tokens, "tokens": tokens}
 
 
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
              batch_size: int = 1024) -> dict:
+    """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text`."""
+    from nplm.checkpoint import load_model
+    from nplm.data.corpora import file_tokens
+    from nplm.data.datamodule import LMDataModule
+    from nplm.data.sources import read_text
+    from nplm.data.tokenizers import TOKENIZERS
+    from nplm.data.windows import Windows
+
     module = load_model(checkpoint)
     k = module.model_cfg.context_size
-    if text is not None:
-        tokens = TOKENIZERS[module.vocab.tokenizer](read_text(text, option="--text"))
-        if len(tokens) < k + 1:
-            raise UserError(f"--text {text!r} has {len(tokens)} tokens; the model needs at least {k + 1}")
-        result = perplexity(module, Windows(module.vocab.encode(tokens), k), batch_size)
-        return {"source": text, "oov_rate": module.vocab.oov_rate(tokens), **result}
     data = module.hparams.get("data") or {}
+    if text is not None:
+        if "corpus" in data:
+            tokens = file_tokens(data["corpus"], text, "--text")
+        else:  # a checkpoint that does not record its corpus: the vocabulary's tokenizer on UTF-8
+            tokens = TOKENIZERS[module.vocab.tokenizer](read_text(text, option="--text"))
+        if len(tokens) < k + 1:
+            raise UserError(f"--text={text}: has {len(tokens)} tokens; the model needs at least {k + 1}")
+        result = perplexity(module, Windows(module.vocab.encode(tokens), k), batch_size)
+        return {"source": str(text), "oov_rate": module.vocab.oov_rate(tokens), **result}
     if "corpus" not in data:
         raise UserError("this checkpoint does not record its corpus; evaluate a file with --text")
     dm = LMDataModule(data["corpus"], k, 1, batch_size, data_dir=data_dir, vocab=module.vocab)
     dm.setup()
     if not dm.has_split(split):
-        raise UserError(f"corpus '{data['corpus']['name']}' has no {split} split; try --split valid")
+        raise UserError(f"--split={split}: corpus '{data['corpus']['name']}' has no {split} split; try --split valid")
     return {"source": f"{data['corpus']['name']}/{split}", "oov_rate": dm.stats[split].oov_rate,
             **perplexity(module, dm.windows[split], batch_size)}
 
 
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nplm-eval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a .ckpt file written by nplm-train")
-    parser.add_argument("--split", choices=("train", "valid", "test"), default="test",
-                        help="split of the checkpoint's own corpus (default test)")
-    parser.add_argument("--text", help="evaluate this UTF-8 text file instead of a corpus split")
-    parser.add_argument("--data-dir", default="data_cache", help="where corpus downloads go (default data_cache)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="windows per batch (default 1024)")
+    parser = arg.Parser("nplm-eval", __doc__)
+    parser.add_argument("checkpoint", type=arg.checkpoint_file, help="a .ckpt file written by nplm-train")
+    parser.add_argument("--split", type=arg.choice("train", "valid", "test"), default="test",
+                        help="split of the checkpoint's own corpus: train, valid or test (default test)")
+    parser.add_argument("--text", type=arg.input_file,
+                        help="evaluate this text file instead, tokenised as the checkpoint's corpus")
+    parser.add_argument("--data-dir", type=arg.output_dir, default="data_cache",
+                        help="where corpus downloads go (default data_cache)")
+    parser.add_argument("--batch-size", type=arg.integer(1), default=1024, help="windows per batch (default 1024)")
+    parser.add_argument("--json", type=arg.output_file, metavar="OUT", help="also write the result to this JSON file")
     args = parser.parse_args(argv)
-    if args.batch_size <= 0:
-        raise UserError(f"--batch-size {args.batch_size} must be >= 1")
-    print(json.dumps(evaluate(args.checkpoint, args.split, args.text, args.data_dir, args.batch_size), indent=2))
+    result = json.dumps(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size),
+                        indent=2)
+    print(result)
+    if args.json:
+        arg.write_text(args.json, result + "\n", "--json")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ the network only uses as context).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -38,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nplm import cli_args as arg
 from nplm.checkpoint import load_model
 from nplm.data.datamodule import LMDataModule
 from nplm.data.windows import BatchIndices, Windows
@@ -262,28 +262,32 @@ def format_table(result: dict) -> str:
     return "\n".join(out)
 
 
+def ngram_spec(text: str) -> str:
+    """argparse type of --ngram: one of NGRAM_SPECS."""
+    try:
+        parse_ngram_spec(text)
+    except UserError:
+        arg.refuse(f"must be one of: {', '.join(NGRAM_SPECS)}")
+    return text
+
+
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nplm-mix", description=__doc__[:__doc__.index("\nBengio")],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a .ckpt file written by nplm-train")
-    parser.add_argument("--ngram", default="interpolated-trigram",
+    parser = arg.Parser("nplm-mix", __doc__[:__doc__.index("\nBengio")])
+    parser.add_argument("checkpoint", type=arg.checkpoint_file, help="a .ckpt file written by nplm-train")
+    parser.add_argument("--ngram", type=ngram_spec, default="interpolated-trigram",
                         help=f"the n-gram baseline: {', '.join(NGRAM_SPECS)} (default interpolated-trigram)")
-    parser.add_argument("--weight", type=float, default=0.5,
+    parser.add_argument("--weight", type=arg.real(0, 1), default=0.5,
                         help="fixed weight of the neural model in [0, 1] (default 0.5, as in Bengio et al. 2003)")
-    parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
-    parser.add_argument("--data-dir", default="data_cache", help="where corpus downloads go (default data_cache)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="windows per batch (default 1024)")
+    parser.add_argument("--json", type=arg.output_file, metavar="OUT", help="also write the results to this JSON file")
+    parser.add_argument("--data-dir", type=arg.output_dir, default="data_cache",
+                        help="where corpus downloads go (default data_cache)")
+    parser.add_argument("--batch-size", type=arg.integer(1), default=1024, help="windows per batch (default 1024)")
     args = parser.parse_args(argv)
-    result = mix(args.checkpoint, args.ngram, args.weight, args.data_dir, args.batch_size)
+    result = mix(str(args.checkpoint), args.ngram, args.weight, str(args.data_dir), args.batch_size)
     print(format_table(result))
     if args.json:
-        out = Path(args.json)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=2) + "\n")
-        except OSError as err:
-            raise UserError(f"--json {args.json!r} cannot be written ({err.strerror or err})") from None
+        arg.write_text(args.json, json.dumps(result, indent=2) + "\n", "--json")
 
 
 if __name__ == "__main__":

@@ -5,17 +5,18 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
-from nplm.checkpoint import load_model
+from nplm import cli_args as arg
 from nplm.errors import UserError, report_user_errors
-from nplm.prompting import OOV_MODES, next_log_probs, prompt_vectors
 
 
 def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") -> list[tuple[str, float]]:
-    if top_k <= 0:
-        raise UserError(f"--top-k {top_k} must be >= 1")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise UserError(f"--top-k={top_k}: must be an integer >= 1")
+    from nplm.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
+    from nplm.prompting import next_log_probs, prompt_vectors
+
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, context, oov)
     k = module.model_cfg.context_size
@@ -26,13 +27,12 @@ def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") ->
 
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="nplm-predict", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a .ckpt file written by nplm-train")
+    parser = arg.Parser("nplm-predict", __doc__)
+    parser.add_argument("checkpoint", type=arg.checkpoint_file, help="a .ckpt file written by nplm-train")
     parser.add_argument("context", help="the preceding text (words, or characters for a character model)")
-    parser.add_argument("--top-k", type=int, default=10, help="how many candidates to print (default 10)")
-    parser.add_argument("--oov", choices=OOV_MODES, default="unk",
-                        help="unknown context words: <unk>, or Bengio et al.'s expected vector (default unk)")
+    parser.add_argument("--top-k", type=arg.integer(1), default=10, help="how many candidates to print (default 10)")
+    parser.add_argument("--oov", type=arg.choice(*arg.OOV_MODES), default="unk",
+                        help="unknown context words: unk (<unk>), or bengio (Bengio et al.'s expected vector)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="nplm: %(levelname)s: %(message)s")
     for token, p in predict(args.checkpoint, args.context, args.top_k, args.oov):

@@ -11,14 +11,13 @@ import logging
 
 import torch
 
+from nplm.cli_args import OOV_MODES
 from nplm.data.tokenizers import TOKENIZERS
 from nplm.data.vocabulary import EOS
 from nplm.errors import UserError
 from nplm.lit import LanguageModel
 
 log = logging.getLogger("nplm")
-
-OOV_MODES = ("unk", "bengio")
 
 
 def boundary_id(module: LanguageModel) -> int:
@@ -41,7 +40,7 @@ def next_log_probs(module: LanguageModel, context_vectors: torch.Tensor) -> torc
 def prompt_vectors(module: LanguageModel, text: str, oov: str = "unk") -> tuple[torch.Tensor, list[str]]:
     """Word vectors `[k + T, m]` of a prompt of T tokens, left-padded with k boundary tokens."""
     if oov not in OOV_MODES:
-        raise UserError(f"--oov {oov!r} is not one of: {', '.join(OOV_MODES)}")
+        raise UserError(f"--oov={oov}: must be one of: {', '.join(OOV_MODES)}")
     vocab, C = module.vocab, module.model.C.weight  # C: [V, m]
     k = module.model_cfg.context_size
     tokens = TOKENIZERS[vocab.tokenizer](text)

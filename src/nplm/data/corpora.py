@@ -170,14 +170,35 @@ def load_text_files(cfg: dict, data_dir: Path) -> CorpusText:
         if not path:
             splits[split] = []
             continue
-        text = sources.read_text(path, encoding, f"corpus.{split}")
-        if cfg.get("lowercase"):
-            text = text.lower()
-        lines = (line.split() for line in text.splitlines())
-        eos = [EOS] if cfg.get("eos", True) else []
-        splits[split] = [tok for line in lines if line for tok in line + eos]
+        splits[split] = _line_words(sources.read_text(path, encoding, f"corpus.{split}"), cfg)
         files[str(Path(path).expanduser())] = sources.sha256(Path(path).expanduser())
     return CorpusText(splits["train"], splits["valid"], splits["test"], "whitespace", contiguous=False, files=files)
+
+
+def _line_words(text: str, cfg: dict) -> list[str]:
+    """Whitespace words of each non-blank line (lowercased if `corpus.lowercase`), `<eos>` after each
+    line if `corpus.eos` (default true): the tokens of a text_files split."""
+    if cfg.get("lowercase"):
+        text = text.lower()
+    eos = [EOS] if cfg.get("eos", True) else []
+    return [tok for line in text.splitlines() if line.split() for tok in line.split() + eos]
+
+
+def file_tokens(cfg: dict, path: str | Path, option: str) -> list[str]:
+    """The tokens of any text file as corpus `cfg` tokenises its own text (its encoding, lowercasing,
+    `<eos>` per line, tokenizer), so a model trained on that corpus scores the file as it scored
+    its own splits. `option` names the setting or flag in error messages."""
+    name = cfg.get("name")
+    text = sources.read_text(path, cfg.get("encoding", "utf-8"), option)
+    if name in ("text_files", "toy"):  # toy: every sentence (line) ends in <eos>, like its own text
+        return _line_words(text, cfg if name == "text_files" else {})
+    if name == "tiny_shakespeare":
+        return TOKENIZERS["chars"](text)
+    if name == "brown_gpt2":
+        return TOKENIZERS["gpt2"](text)
+    if name == "brown":
+        return TOKENIZERS["whitespace"](text)
+    raise UserError(f"corpus.name={name!r} is not one of: {', '.join(LOADERS)}")
 
 
 LOADERS: dict[str, Callable[[dict, Path], CorpusText]] = {
