@@ -8,6 +8,7 @@
 #   results come back. A second call goes on from each row's last checkpoint (outputs/morin2005/).
 # PARALLEL (default 12): processes at once, threads=1 each, all on the one GPU (trainer=gpu).
 # EXTRA: overrides for every row (a smoke test: "corpus.train_size=20000 trainer.limit_train_batches=5").
+# Environment: ROWS=a,b limits the rows (run.py --rows); DEVICE=cpu for a test without a GPU.
 # Results: experiments/morin2005/results/*.json and README.md, as run.py writes them; with $OUT set
 #   (the device machine), $OUT/morin_results.tgz holds them with every row's log and run record, and
 #   $OUT/driver.log the driver's own lines.
@@ -27,7 +28,7 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NU
 DEST=${OUT:-outputs}
 mkdir -p "$DEST" outputs/morin2005
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/driver.log"
-python3 experiments/morin2005/run.py --parallel "$PARALLEL" --device "${DEVICE:-gpu}" --extra "$EXTRA" \
+python3 experiments/morin2005/run.py --parallel "$PARALLEL" --device "${DEVICE:-gpu}" --extra "$EXTRA" ${ROWS:+--rows "$ROWS"} \
   --budget-s $((BUDGET_S - 60 - $(date +%s) + START)) 2>&1 | tee -a "$DEST/driver.log"
 tar czf "$DEST/morin_results.tgz" experiments/morin2005/results experiments/morin2005/README.md \
   $(ls outputs/morin2005/*.log outputs/morin2005/*/metrics.json outputs/morin2005/*/metrics.csv \

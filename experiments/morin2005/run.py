@@ -246,6 +246,11 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
     while pending or running:
         for row, (proc, log, overrides) in list(running.items()):
             if proc.poll() is None:
+                if deadline is not None and time.time() > deadline and not getattr(proc, "stopped", False):
+                    proc.terminate()  # its test pass overran the budget: stop it, keep its checkpoints
+                    proc.stopped = True
+                    print(f"[{time.time() - start:6.0f} s] {row}: still running at the end of the budget, stopped",
+                          flush=True)
                 continue
             log.close()
             del running[row]
@@ -279,7 +284,8 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
                 bootstrap.append(f"tree.bootstrap_checkpoint={first}")
             if deadline is not None and deadline - time.time() < min(MIN_START_S, budget_s / 4):
                 pending.remove(row)
-                print(f"{row}: not started, less than {MIN_START_S} s of the budget left", flush=True)
+                print(f"{row}: not started, less than {min(MIN_START_S, budget_s / 4):.0f} s of the budget left",
+                      flush=True)
                 continue
             pending.remove(row)
             run_dir = OUT / row
@@ -384,7 +390,8 @@ def targets(softmax: dict | None) -> list[str]:
 
     def vs(row: str) -> str:
         ref = load_result(RESULTS, reference(row)) or softmax
-        return f"{row} {trees[row]['test']:.1f}, {100 * (trees[row]['test'] / ref['test'] - 1):+.1f}% vs {reference(row)} {ref['test']:.1f}"
+        change = 100 * (trees[row]["test"] / ref["test"] - 1)
+        return f"{row} {trees[row]['test']:.1f}, {change:+.1f}% vs {reference(row)} {ref['test']:.1f}"
 
     def codes(row: str) -> float:
         return trees[row].get("tree", {}).get("codes_per_word", 1.0)

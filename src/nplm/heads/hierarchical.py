@@ -59,7 +59,8 @@ class HierarchicalHead(Head):
         if self.multi_code:  # each word's leaves [V, K], padded with leaf 0 and masked out
             self._ranks = tree.code_ranks()
             K = len(self._ranks)
-            leaves, mask = torch.zeros(tree.vocab_size, K, dtype=torch.long), torch.zeros(tree.vocab_size, K, dtype=torch.bool)
+            leaves = torch.zeros(tree.vocab_size, K, dtype=torch.long)
+            mask = torch.zeros(tree.vocab_size, K, dtype=torch.bool)
             for r, (rank_leaves, rank_words) in enumerate(self._ranks):
                 leaves[rank_words, r], mask[rank_words, r] = rank_leaves, True
             self.register_buffer("word_leaves", leaves, persistent=False)  # [V, K]
@@ -179,7 +180,8 @@ class HierarchicalHead(Head):
         ranks = self._ranks_on(leaf_lp.device)
         words_lp = leaf_lp.index_select(0, ranks[0][0])  # [V, B]
         for leaves, words in ranks[1:]:
-            words_lp.index_copy_(0, words, torch.logaddexp(words_lp.index_select(0, words), leaf_lp.index_select(0, leaves)))
+            both = torch.logaddexp(words_lp.index_select(0, words), leaf_lp.index_select(0, leaves))  # [n_r, B]
+            words_lp.index_copy_(0, words, both)
         return words_lp
 
     def _ranks_on(self, device: torch.device) -> list[tuple]:

@@ -111,7 +111,8 @@ class Tree:
         bad_word = next((w for w, n in enumerate(seen_words) if n != 1), None)
         if bad_word is not None:
             what = "word" if self.leaf_words is None else "leaf"
-            raise UserError(f"{what} {bad_word} is a leaf {seen_words[bad_word]} times; each {what} must be exactly one leaf")
+            raise UserError(f"{what} {bad_word} is a leaf {seen_words[bad_word]} times; "
+                            f"each {what} must be exactly one leaf")
         if self.leaf_words is not None:
             codes = [0] * V
             for w in self.leaf_words:
