@@ -166,3 +166,13 @@ def test_multi_code_tree_sums_over_codes_and_stays_normalised_over_words(node_fo
     w = tree.leaf_words[0]
     by_hand = sum(leaf_lp[i].exp() for i, v in enumerate(tree.leaf_words) if v == w)
     torch.testing.assert_close(log_probs[0, w].exp(), by_hand)
+
+
+def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path):
+    from conftest import TOY_FAST
+
+    run_train(*TOY_FAST, "model.context_size=2")  # a softmax model on the toy corpus: 42 words
+    first = next((tmp_path / "run" / "checkpoints").glob("best*.ckpt"))
+    with pytest.raises(UserError, match=r"tree.bootstrap_checkpoint=.*trained on another vocabulary \(42 words\) than this corpus. \(10\)"):
+        run_train("experiment=toy_hsm", "corpus.max_vocab=10", "tree=learned", f"tree.bootstrap_checkpoint={first}",
+                  "paths.output_dir=" + str(tmp_path / "second"))

@@ -158,7 +158,11 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
             log.info("tree=learned, phase 1: up to %d epochs with tree=%s in %s%s", sub["trainer"]["max_epochs"],
                      sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
             best = _train(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
-        vectors = predicted_word_vectors(load_model(best), dm.windows["train"].windows, len(dm.vocab))
+        first = load_model(best)
+        if first.vocab.tokens != dm.vocab.tokens:
+            raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
+                            f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
+        vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
         out_dir.mkdir(parents=True, exist_ok=True)
         torch.save(vectors, vectors_path.with_suffix(".tmp"))
         vectors_path.with_suffix(".tmp").replace(vectors_path)
