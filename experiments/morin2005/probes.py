@@ -7,7 +7,7 @@ Each probe is the Morin protocol (Brown, 10,000 words, MLP1 shape, Adam 1e-3, ba
 change, trained for PROBE_EPOCHS quarter-epochs (`trainer.limit_train_batches=0.25`, 1 thread,
 no early stopping): far from convergence, so a probe only ranks candidate fixes by how fast
 validation perplexity falls. The GPU script (gpu_runs.sh) trains the promising ones to convergence.
-Results: results/probes.json ({probe: {overrides, valid per quarter-epoch, s}}).
+Results: results/probes.json ({probe: {overrides, valid per epoch, s: the run's wall time, codes_per_word}}).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 from nplm.replication import read_record, train_row
@@ -64,14 +63,15 @@ def main() -> None:
         if key in results:
             continue
         base = BASE if not args.epochs else [*BASE[:2], f"trainer.max_epochs={args.epochs}", *BASE[4:]]
-        start = time.perf_counter()
         overrides = [o.replace("{random-logistic}", str(best_checkpoint(OUT / "random-logistic"))) for o in PROBES[name]]
         record = train_row(key, base + overrides, OUT / key, args.threads)
         if record is None:
             continue
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # another call may have added some
         results[key] = {"overrides": base[1:] + PROBES[name],
-                        "valid": [round(r["val/ppl"], 1) for r in record["history"]], "s": round(time.perf_counter() - start)}
+                        "valid": [round(r["val/ppl"], 1) for r in record["history"]], "s": round(record["wall_time_s"])}
+        if record.get("tree"):
+            results[key]["codes_per_word"] = round(record["tree"].get("codes_per_word", 1.0), 3)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
         print(f"{key}: valid {results[key]['valid']} ({results[key]['s']} s)", flush=True)

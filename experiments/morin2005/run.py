@@ -360,10 +360,11 @@ def tables() -> str:
         lines += ["", "Probes (`probes.py`, 1 thread; validation perplexity after each epoch, a quarter of the "
                       "training set per epoch unless the name says @N full epochs; balanced tree, Morin-Bengio "
                       "nodes, dropout 0.5, Adam 1e-3 unless the overrides say otherwise):", "",
-                  "| probe | overrides | valid per epoch |", "|---|---|---|"]
+                  "| probe | overrides | valid per epoch | codes per word | wall s |", "|---|---|---|---:|---:|"]
         for name, probe in probes.items():
             changed = [o for o in probe["overrides"] if not o.startswith(("logger=", "trainer.", "callbacks."))]
-            lines.append(f"| {name} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} |")
+            lines.append(f"| {name} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} | "
+                         f"{probe.get('codes_per_word', '')} | {probe['s']} |")
     lines += targets(softmax)
     for key, classes in (("two-level-classes", "frequency bins"), ("two-level-brown", "Brown-tree classes")):
         if softmax and (two := load_result(RESULTS, key)):
