@@ -1,6 +1,7 @@
 # Two commands on a fresh clone (no network needed beyond the package registry for the first install):
 #   make train   - create .venv if missing, install, train the default experiment (quickstart)
 #   make test    - create .venv if missing, install, run the test suite
+#   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 SHARED_NLTK := $(abspath ../shared/data/nltk_data)
 export NLTK_DATA ?= $(if $(wildcard $(SHARED_NLTK)),$(SHARED_NLTK),)
 
-.PHONY: install train test bench replicate-bengio2003 replicate-morin2005 clean
+.PHONY: install train test wheel-check bench replicate-bengio2003 replicate-morin2005 clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +25,23 @@ train: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The installed package must find its configs and shipped data without this checkout: build the wheel,
+# install it into a fresh venv (torch first, from the package index), then from an empty temporary folder
+# ask for the help page, make a bad setting fail with exit 2, and train a few batches of quickstart.
+WHEEL_DIR := build/wheel-check
+wheel-check: install
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet torch==2.13.0
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet $(WHEEL_DIR)/dist/nplm-*.whl
+	tmp=$$(mktemp -d) && cd $$tmp && export OMP_NUM_THREADS=1 WANDB_MODE=offline && bin=$(abspath $(WHEEL_DIR))/venv/bin \
+	  && $$bin/nplm-train --help > help.txt && grep -q "experiment=quickstart" help.txt \
+	  && { $$bin/nplm-train seed=abc 2>err.txt; test $$? -eq 2; } && grep -q "seed=abc: must be an integer" err.txt \
+	  && $$bin/nplm-train experiment=quickstart debug=fast logger=none threads=1 hydra.run.dir=run \
+	  && grep -q '"status": "finished"' run/metrics.json \
+	  && echo "wheel-check: the installed wheel trained from $$tmp"; status=$$?; rm -rf $$tmp; exit $$status
 
 bench: install
 	$(BIN)/python experiments/bench/bench.py

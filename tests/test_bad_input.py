@@ -1,24 +1,34 @@
-"""User mistakes: one clear line naming the value and the fix, a non-zero exit, no half-written run."""
+"""User mistakes: one line `key=value: what is allowed`, exit status 2, no half-written run.
+
+Most cases call `train(cfg)` in-process (fast); a few run `nplm-train` end to end."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from nplm.errors import UserError
 
 from conftest import TOY_FAST, compose_cfg
 
 
-def expect_error(tmp_path, pattern: str, *overrides: str) -> None:
+def expect_error(tmp_path, message: str, *overrides: str) -> None:
+    """train(cfg) refuses the config with exactly `message` (a regex when it starts with ^)."""
     from nplm.train import train
 
-    with pytest.raises(UserError, match=pattern) as info:
+    with pytest.raises(UserError) as info:
         train(compose_cfg(tmp_path, *overrides))
-    assert "\n" not in str(info.value)
+    got = str(info.value)
+    assert "\n" not in got
+    if message.startswith("^"):
+        assert __import__("re").match(message, got), got
+    else:
+        assert got == message
     assert not (tmp_path / "run").exists(), "a failed run must not leave a half-written directory"
 
 
@@ -30,39 +40,121 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
     return ["corpus=text_files", f"corpus.train={train}", f"corpus.valid={valid}"]
 
 
+# -- settings: refused by the schema before any data is read ----------------------------------------------
+@pytest.mark.parametrize("override,message", [
+    ("seed=abc", "seed=abc: must be an integer from 0 to 4294967295"),
+    ("seed=1.5", "seed=1.5: must be an integer from 0 to 4294967295"),
+    ("optimizer.lr=abc", "optimizer.lr=abc: must be a finite number > 0"),
+    ("optimizer.lr=nan", "optimizer.lr=nan: must be a finite number > 0"),
+    ("optimizer.lr=0", "optimizer.lr=0: must be a finite number > 0"),
+    ("optimizer.lr=-0.1", "optimizer.lr=-0.1: must be a finite number > 0"),
+    ("optimizer.eps=0", "optimizer.eps=0: must be a finite number > 0"),
+    ("optimizer.betas=[1,2]", "optimizer.betas=[1,2]: must be two numbers in [0, 1), e.g. [0.9,0.999]"),
+    ("threads=-1", "threads=-1: must be an integer >= 1 or null"),
+    ("threads=0", "threads=0: must be an integer >= 1 or null"),
+    ("model.context_size=2.5", "model.context_size=2.5: must be an integer >= 1"),
+    ("model.context_size=0", "model.context_size=0: must be an integer >= 1"),
+    ("model.embed_dim=0", "model.embed_dim=0: must be an integer >= 1"),
+    ("model.hidden_dim=-3", "model.hidden_dim=-3: must be an integer >= 0"),
+    ("model.dropout=1", "model.dropout=1: must be a number in [0, 1)"),
+    ("model.activation=relu", "model.activation=relu: must be one of: tanh, sigmoid"),
+    ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
+    ("trainer.max_epochs=0", "trainer.max_epochs=0: must be an integer >= 1 (-1, endless training, is refused)"),
+    ("trainer.max_epochs=-1", "trainer.max_epochs=-1: must be an integer >= 1 (-1, endless training, is refused)"),
+    ("trainer.limit_train_batches=0", "trainer.limit_train_batches=0: must be a count >= 1 or a fraction in (0, 1] "
+                                      "of the batches (0 would run no batches) or null"),
+    ("callbacks.early_stopping_patience=-1", "callbacks.early_stopping_patience=-1: must be an integer >= 1 or null"),
+    ("callbacks.early_stopping_patience=0", "callbacks.early_stopping_patience=0: must be an integer >= 1 or null"),
+    ("corpus.min_count=0", "corpus.min_count=0: must be an integer >= 1"),
+    ("+corpus.anything=1", "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
+                           "order, unk, vocab_from"),
+    ("+model.foo=1", "model.foo=1: unknown key of model; valid keys: activation, context_size, direct, dropout, "
+                     "embed_dim, hidden_dim, sparse_embeddings"),
+    ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, compile, corpus, data, "),
+    ("tree=file", "tree.path=???: must be set for tree=file: the path of a file (e.g. tree.path=<run>/tree.json)"),
+    ("head=adaptive head.cutoffs=[3,2]", "head.cutoffs=[3,2]: must be a non-empty list of increasing integers >= 1, "
+                                         "e.g. [2000,10000] or null"),
+    ("optimizer.lr_decay=0.1 optimizer.plateau_factor=0.5",
+     "optimizer.plateau_factor=0.5: must be 1 when optimizer.lr_decay > 0 (two schedules; set one of them)"),
+    ("model.hidden_dim=0 model.direct=false",
+     "model.hidden_dim=0: must be an integer >= 1 when model.direct=false (else there are no features)"),
+])
+def test_bad_settings(tmp_path, override, message):
+    expect_error(tmp_path, message, *TOY_FAST, *override.split())
+
+
+def test_corpus_encoding_must_be_known_and_text_files_need_their_files(tmp_path):
+    expect_error(tmp_path, "corpus.encoding=klingon: must be a text encoding Python knows, e.g. utf-8 or latin-1",
+                 *text_files(tmp_path, b"a b c\n"), "corpus.encoding=klingon")
+    expect_error(tmp_path, "corpus.train=null: must be set for corpus=text_files: the path of a file "
+                 "(e.g. corpus.train=/path/to/train.txt)", "corpus=text_files")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_trainer_without_a_gpu(tmp_path):
+    expect_error(tmp_path, "trainer.accelerator=gpu: no CUDA GPU is visible on this machine; use trainer=default (CPU)",
+                 *TOY_FAST, "trainer=gpu")
+
+
+# -- data: refused once it is read, before any run folder or W&B run --------------------------------------
+def test_min_count_leaving_one_word_is_refused(tmp_path):
+    expect_error(tmp_path, "corpus.min_count=100000: leaves 1 word(s) in the vocabulary of corpus 'toy' (<unk>); "
+                 "a language model needs at least 2, lower corpus.min_count", *TOY_FAST, "corpus.min_count=100000")
+
+
+def test_context_longer_than_a_split(tmp_path):
+    expect_error(tmp_path, "model.context_size=5: longer than the train split of corpus 'text_files' (3 tokens; it "
+                 "needs at least 6); use a smaller context or more text",
+                 *text_files(tmp_path, b"a b\n"), "model.context_size=5")
+
+
+def test_a_fraction_of_batches_that_leaves_none(tmp_path):
+    expect_error(tmp_path, "trainer.limit_train_batches=0.001: leaves no batch of the train split (4 batches of 32 "
+                 "windows); use at least 0.25, or a count like 1", *TOY_FAST, "trainer.limit_train_batches=0.001")
+
+
+def test_split_with_no_tokens(tmp_path):
+    expect_error(tmp_path, "corpus.valid_size=0: the valid split of corpus 'tiny_shakespeare' has no tokens; "
+                 "raise corpus.valid_size", "corpus=tiny_shakespeare", "corpus.valid_size=0", "corpus.test_size=0.1")
+
+
+def test_split_sizes_beyond_the_corpus(tmp_path):
+    expect_error(tmp_path, "corpus.train_size=200: with corpus.valid_size=100 and corpus.test_size=null the splits "
+                 "need 300 tokens, more than the corpus' 205; lower them", "corpus=tiny_shakespeare",
+                 f"corpus.path={_small_text(tmp_path)}", "corpus.train_size=200", "corpus.valid_size=100",
+                 "corpus.test_size=null")
+
+
+def _small_text(tmp_path):
+    path = tmp_path / "small.txt"
+    path.write_text("x" * 205)
+    return path
+
+
 def test_missing_corpus_file(tmp_path):
-    expect_error(tmp_path, r"train.txt' does not exist; set corpus.train=", *text_files(tmp_path, None))
+    path = tmp_path / "train.txt"
+    expect_error(tmp_path, f"corpus.train={path}: no such file ({path}); set corpus.train=/path/to/file",
+                 *text_files(tmp_path, None))
+
+
+def test_folder_given_as_corpus_file(tmp_path):
+    expect_error(tmp_path, f"corpus.path={tmp_path}: is a folder, not a text file; give the path of a file",
+                 "corpus=tiny_shakespeare", f"corpus.path={tmp_path}")
 
 
 def test_empty_corpus_file(tmp_path):
-    expect_error(tmp_path, r"train.txt' is empty", *text_files(tmp_path, b"  \n"))
+    expect_error(tmp_path, f"corpus.train={tmp_path / 'train.txt'}: the file is empty (3 bytes, no text); give "
+                 "corpus.train a file with text", *text_files(tmp_path, b"  \n"))
 
 
-def test_non_utf8_corpus_file(tmp_path):
-    expect_error(tmp_path, r"is not valid utf-8: byte 0xe9 at offset 4; .*corpus.encoding=latin-1",
-                 *text_files(tmp_path, b"caf \xe9 au lait\n"))
-
-
-def test_corpus_shorter_than_the_context(tmp_path):
-    expect_error(tmp_path, r"the train split of corpus 'text_files' has 3 tokens but model.context_size=5 needs "
-                 r"at least 6", *text_files(tmp_path, b"a b\n"), "model.context_size=5")
-
-
-@pytest.mark.parametrize("override,pattern", [
-    ("model.context_size=0", r"model.context_size=0 must be >= 1"),
-    ("model.embed_dim=0", r"model.embed_dim=0 must be >= 1"),
-    ("data.batch_size=0", r"data.batch_size=0 must be >= 1"),
-    ("model.hidden_dim=-3", r"model.hidden_dim=-3 must be >= 0"),
-    ("optimizer.lr=0", r"optimizer.lr=0 must be > 0"),
-    ("optimizer.lr=-0.1", r"optimizer.lr=-0.1 must be > 0"),
-    ("+model.foo=1", r"unknown model option model.foo; valid options: "),
-])
-def test_bad_sizes_and_values(tmp_path, override, pattern):
-    expect_error(tmp_path, pattern, *TOY_FAST, override)
+def test_non_utf8_corpus_file_names_the_offset_and_the_setting(tmp_path):
+    expect_error(tmp_path, f"corpus.train={tmp_path / 'train.txt'}: not valid utf-8 at byte offset 10 (line 2, byte "
+                 "0xe9); set corpus.encoding to the file's encoding (e.g. corpus.encoding=latin-1) or convert the "
+                 "file to utf-8", *text_files(tmp_path, b"a b c\ncaf \xe9 au lait\n"))
 
 
 def test_nan_loss_stops_and_names_the_step(tmp_path):
-    expect_error(tmp_path, r"training loss became (nan|inf) at step \d+ \(epoch \d+\); lower the learning rate, "
+    expect_error(tmp_path, r"^training loss became (nan|inf) at step \d+ \(epoch \d+\); lower the learning rate, "
                  r"e.g. optimizer.lr=1e\+29", *TOY_FAST, "optimizer=sgd", "optimizer.lr=1e30")
 
 
@@ -71,31 +163,76 @@ def test_brown_offline_without_a_local_copy(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nltk.data, "path", [])
     monkeypatch.delenv("NLTK_DATA", raising=False)
-    expect_error(tmp_path, r"NLTK corpus 'brown' not found .* downloads are off; set NLTK_DATA=/dir/with/corpora/"
+    expect_error(tmp_path, r"^NLTK corpus 'brown' not found .* downloads are off; set NLTK_DATA=/dir/with/corpora/"
                  r"brown.zip", "corpus=brown", f"corpus.nltk_data={tmp_path / 'empty'}", "corpus.download=false")
 
 
+# -- end to end: the command line --------------------------------------------------------------------
 def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nplm.train", f"hydra.run.dir={tmp_path / 'run'}",
                            "logger=none", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "offline"})
+                          env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
 
 
-def test_cli_user_error_is_one_line_exit_2_and_leaves_nothing(tmp_path):
-    result = cli(tmp_path, "corpus=toy", "model.embed_dim=-1")
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if line.startswith("nplm: error:")]
-    assert errors == ["nplm: error: model.embed_dim=-1 must be >= 1 (m, the word feature size)"]
+def errors(result) -> list[str]:
     assert "Traceback" not in result.stderr
+    return [line for line in result.stderr.splitlines() if line.startswith("nplm: error:")]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["seed=abc"], "seed=abc: must be an integer from 0 to 4294967295"),
+    (["trainer.max_epochs=-1"], "trainer.max_epochs=-1: must be an integer >= 1 (-1, endless training, is refused)"),
+    (["+corpus.anything=1"], "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
+                             "order, unk, vocab_from"),
+    # refused before Hydra starts: no config has the key or the option
+    (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: activation, context_size, direct, "
+                             "dropout, embed_dim, hidden_dim, sparse_embeddings"),
+    (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_gpt2, text_files, tiny_shakespeare, "
+                           "toy"),
+])
+def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
+    result = cli(tmp_path, "corpus=toy", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert errors(result) == [f"nplm: error: {message}"]
     assert not (tmp_path / "run").exists()
 
 
-def test_cli_unknown_option_is_refused_by_hydra(tmp_path):
-    result = cli(tmp_path, "corpus=toy", "model.embedding=16")
-    assert result.returncode != 0
-    assert "Could not override 'model.embedding'" in result.stderr and "Traceback" not in result.stderr
-    result = cli(tmp_path, "corpus=wikipedia")
-    assert result.returncode != 0 and "Could not find 'corpus/wikipedia'" in result.stderr
+def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",
+                             "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 1
+    assert "nplm: error: trainer.max_epochs=0: must be an integer >= 1 (-1, endless training, is refused)" \
+        in result.stderr.splitlines()
+    ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
+    assert ok["status"] == "finished" and ok["metrics"]["val/ppl_best"] > 1
+    assert bad["status"] == "failed" and bad["error"].startswith("trainer.max_epochs=0: must be an integer >= 1")
+
+
+def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
+    code = ("import sys; sys.argv = ['nplm-train', '--help']\n"
+            "from nplm.config.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0\n"
+            "heavy = [m for m in ('torch', 'pytorch_lightning', 'wandb', 'hydra') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    page = result.stdout
+    for line in ("  tree", "    huffman                       Huffman (1952) tree of the training unigram counts",
+                 "  seed                   seed of every random choice", "nplm-train -m model.context_size=2,4",
+                 "resume=true", "nplm-compare"):
+        assert line in page, line
+    short = subprocess.run([sys.executable, "-m", "nplm.train", "-h"], capture_output=True, text=True, timeout=120)
+    assert short.returncode == 0 and short.stdout == page
+
+
+def test_import_nplm_is_cheap():
+    result = subprocess.run([sys.executable, "-c", "import sys, nplm, nplm.config; "
+                             "print(sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]"
 
 
 def test_checkpoint_errors(tmp_path):

@@ -55,7 +55,7 @@ def test_vocabulary_min_count_max_vocab_and_unk():
 def test_split_sizes_counts_fractions_and_rest():
     assert split_sizes(1000, 0.9, None, 0) == (900, 100, 0)
     assert split_sizes(1000, 800, 150, None) == (800, 150, 50)
-    with pytest.raises(Exception, match="exceed"):
+    with pytest.raises(Exception, match="the splits need 1100 tokens, more than the corpus' 1000"):
         split_sizes(1000, 800, 300, None)
 
 

@@ -69,7 +69,7 @@ def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
     run_dir = tmp_path / "bad"
     assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None
     assert "bad: exit 2" in capsys.readouterr().out
-    assert "model.context_size=0 must be >= 1" in (tmp_path / "bad.log").read_text()
+    assert "model.context_size=0: must be an integer >= 1" in (tmp_path / "bad.log").read_text()
 
 
 def test_valid_test_cell():

@@ -71,7 +71,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     assert "1 job(s) of the sweep failed" in first.stderr
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished"
-    assert bad == {"status": "failed", "error": "model.embed_dim=-1 must be >= 1 (m, the word feature size)",
+    assert bad == {"status": "failed", "error": "model.embed_dim=-1: must be an integer >= 1",
                    "overrides": ["corpus=toy", "logger=none", "model.embed_dim=-1", "paths.data_dir=" + str(tmp_path),
                                  "threads=1", "trainer.max_epochs=1"]}
     stamp = (sweep / "0" / "metrics.json").stat().st_mtime
@@ -84,7 +84,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     compare_main([str(sweep), "--markdown", str(tmp_path / "t.md"), "--csv", str(tmp_path / "t.csv"),
                   "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
-    assert "failed: model.embed_dim=-1 must be >= 1" in out
+    assert "failed: model.embed_dim=-1: must be an integer >= 1" in out
     assert (tmp_path / "t.md").read_text().count("\n") == 4
     assert (tmp_path / "plots" / "learning_curves.png").stat().st_size > 1000
 
@@ -132,3 +132,70 @@ def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_trai
     record = json.loads((run / "metrics.json").read_text())
     assert [r["val/ppl"] for r in record["history"]][:3] == vals
     assert record["wall_time_s"] >= record["history"][-1]["elapsed_s"]  # both invocations, as elapsed_s counts
+
+
+def epochs(path: Path, column: str) -> list[int]:
+    """The epochs of the CSV rows that have a value in `column`."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [int(float(row["epoch"])) for row in csv.DictReader(f) if row.get(column)]
+
+
+def kill_after_epochs(proc, run: Path, n: int) -> None:
+    deadline = time.time() + 300
+    while len(history(run)) < n + 1 and time.time() < deadline:  # header + n epochs
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:12_000])
+    args = [*(a for a in SMALL if not a.startswith(("logger=", "trainer.max_epochs="))), "logger=wandb",
+            "trainer.max_epochs=6", f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
+    run, runs = tmp_path / "runs" / "r", tmp_path / "runs"
+    kill_after_epochs(nplm_train(tmp_path, *args, f"hydra.run.dir={run}", wait=False), run, 2)
+    kill_after_epochs(nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r2'}", wait=False), run, 4)
+    last = nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r3'}")
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert sorted(p.name for p in runs.iterdir()) == ["r"]  # every invocation went on in the first folder
+
+    run_id = (run / "wandb_id.txt").read_text().strip()
+    offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 3 and all(name.endswith("-" + run_id) for name in offline)
+    assert epochs(run / "metrics.csv", "val/ppl") == list(range(6))
+    assert epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(6))  # Lightning's log
+    assert epochs(run / "csv" / "metrics.csv", "train/epoch_time_s") == list(range(6))
+    assert json.loads((run / "metrics.json").read_text())["status"] == "finished"
+
+    # Raising max_epochs is another run unless the user says so.
+    refused = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
+                         f"hydra.run.dir={runs / 'r4'}")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"nplm: error: resume: {run} was run with other overrides (trainer.max_epochs=6 -> 7); repeat its "
+        "overrides, or add resume_allow_changes=true to continue it with these")
+    assert not (runs / "r4").exists()
+    more = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
+                      "resume_allow_changes=true", f"hydra.run.dir={runs / 'r5'}")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert epochs(run / "metrics.csv", "val/ppl") == epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(7))
+    assert (run / "wandb_id.txt").read_text().strip() == run_id and len(list((run / "wandb").glob("offline-run-*"))) == 4
+
+
+def test_resume_names_every_changed_override(tmp_path):
+    from nplm.errors import UserError
+    from nplm.runs import override_changes, resolve_resume
+
+    assert override_changes(["corpus=toy", "model.embed_dim=8", "seed=1"], ["corpus=toy", "seed=2", "+x.y=3"]) == [
+        "model.embed_dim=8 -> (default)", "seed=1 -> 2", "x.y=(default) -> 3"]
+    old = tmp_path / "runs" / "old"
+    (old / "checkpoints").mkdir(parents=True)
+    (old / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (old / "metrics.json").write_text(json.dumps({"status": "running", "overrides": ["seed=1"]}))
+    fresh = tmp_path / "runs" / "new"
+    with pytest.raises(UserError, match=r"^resume: .*old was run with other overrides \(seed=1 -> 2\); repeat"):
+        resolve_resume(f"{old}", fresh, ["seed=2"])
+    assert resolve_resume(True, fresh, ["seed=2"], allow_changes=True) == (old, old / "checkpoints" / "last.ckpt")
+    assert resolve_resume(True, fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,16 @@ def records(sweep: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
 
 
+def installed(module: str) -> bool:
+    """find_spec of a dotted name raises when its parent package (hydra_plugins) is absent."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def needs(module: str):
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None,
-                              reason=f"{module} not installed (pip install -e '.[sweep]')")
+    return pytest.mark.skipif(not installed(module), reason=f"{module} not installed (pip install -e '.[sweep]')")
 
 
 def test_context_length_preset_runs_six_jobs(tmp_path):
@@ -41,11 +49,21 @@ def test_context_length_preset_runs_six_jobs(tmp_path):
 
 @needs("hydra_plugins.hydra_optuna_sweeper")
 def test_optuna_search_minimises_validation_perplexity(tmp_path):
-    nplm_train(tmp_path, "-m", "+sweep=optuna", *FAST, "threads=1", "hydra.sweeper.n_trials=3",
-               f"hydra.sweep.dir={tmp_path / 's'}")
+    command = ["-m", "+sweep=optuna", *FAST, "threads=1", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={tmp_path / 's'}"]
+    nplm_train(tmp_path, *command)
     best = yaml.safe_load((tmp_path / "s" / "optimization_results.yaml").read_text())["best_value"]
     jobs = records(tmp_path / "s")
     assert len(jobs) == 3 and best == pytest.approx(min(j["metrics"]["val/ppl_best"] for j in jobs))
+
+    # An interrupted sweep, re-run: the finished trials are skipped (their results feed the sampler, so it
+    # proposes the same trials again) and only the missing one runs.
+    stamps = [(tmp_path / "s" / n / "metrics.json").stat().st_mtime for n in ("0", "1")]
+    shutil.rmtree(tmp_path / "s" / "2")
+    again = nplm_train(tmp_path, *command)
+    assert (again.stdout + again.stderr).count("already finished") == 2
+    assert [(tmp_path / "s" / n / "metrics.json").stat().st_mtime for n in ("0", "1")] == stamps
+    redone = records(tmp_path / "s")[2]
+    assert redone["status"] == "finished" and redone["overrides"] == jobs[2]["overrides"]
 
 
 @needs("hydra_plugins.hydra_joblib_launcher")

@@ -22,7 +22,7 @@ from nplm.trees.learned import build as learned
 from nplm.trees.random_tree import build as random_tree
 from nplm.trees.wordnet import hypernym_paths, open_wordnet, tree_from_hypernyms
 
-CONF_TREE = Path(__file__).resolve().parents[1] / "conf" / "tree"
+CONF_TREE = Path(__file__).resolve().parents[1] / "src" / "nplm" / "conf" / "tree"
 A, B = list(range(6)), list(range(6, 12))  # two word families that never share a sentence
 UNSEEN = 12  # a vocabulary word with training count 0
 

@@ -24,7 +24,7 @@ from nplm.errors import UserError
 from nplm.trees import TreeContext, build_tree
 from nplm.trees.cooccurrence import context_vectors
 
-CONF_TREE = Path(__file__).resolve().parents[2] / "conf" / "tree"
+CONF_TREE = Path(__file__).resolve().parents[2] / "src" / "nplm" / "conf" / "tree"
 TREES = ["balanced", "random", "huffman", "brown", "wordnet", "learned"]
 
 

@@ -71,6 +71,8 @@ def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, reru
         command = ["nplm-train", *overrides, f"threads={threads}", f"hydra.run.dir={run_dir}"]
         if (Path(run_dir) / "checkpoints" / "last.ckpt").exists():
             command.append(f"resume={run_dir}")
+            if rerun:  # the chosen row goes on, also with overrides changed since it ran
+                command.append("resume_allow_changes=true")
         print(f"{name}: {' '.join(command)}", flush=True)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         log_path = Path(f"{run_dir}.log")

@@ -1,10 +1,12 @@
 """Run directories across invocations: skipping finished sweep jobs and resuming killed runs.
 
 - A multirun re-run with the same `hydra.sweep.dir` skips every job whose metrics.json says
-  "finished" with the same overrides (other templates start the whole sweep again).
-- `resume=true` continues a killed run from its last checkpoint: in a multirun, the job's own
-  folder; in a single run, the newest unfinished run of the same experiment with the same overrides.
-  `resume=<run dir or .ckpt>` names it directly. The run then carries on in its old folder.
+  "finished" with the same overrides, continues killed jobs from their last checkpoint, and runs the
+  missing and failed ones again (other templates start the whole sweep again).
+- `resume=true` continues a killed run from its last checkpoint in its own folder: the newest
+  unfinished run of the same experiment with the same overrides. `resume=<run dir or .ckpt>` names it.
+- A resume with overrides other than the stored run's is refused, naming the keys, unless
+  `resume_allow_changes=true` (e.g. to raise `trainer.max_epochs` of a finished run).
 """
 
 from __future__ import annotations
@@ -19,15 +21,31 @@ from nplm.errors import UserError
 log = logging.getLogger(__name__)
 
 HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra writes into a job folder before nplm runs
+# What a run writes as it trains; a fresh start in an old job folder removes them first.
+RUN_OUTPUTS = ("metrics.csv", "csv", "checkpoints", "wandb", "wandb_id.txt")
+# Keys that change how a run is watched or continued, not what it trains.
+NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval")
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def job_overrides() -> list[str]:
-    """The job's command-line overrides, without `resume` (which does not change what is trained)."""
+    """The job's command-line overrides, without those that do not change what is trained."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return []
-    return sorted(o for o in HydraConfig.get().overrides.task if not o.startswith("resume="))
+    return sorted(o for o in HydraConfig.get().overrides.task if _key(o) not in NOT_TRAINING)
+
+
+def override_changes(stored: list[str], current: list[str]) -> list[str]:
+    """`key=old -> new` for every key set differently (`(default)` where one side leaves it unset)."""
+    old = {_key(o): o.split("=", 1)[-1] if "=" in o else o for o in stored}
+    new = {_key(o): o.split("=", 1)[-1] if "=" in o else o for o in current}
+    return [f"{k}={old.get(k, '(default)')} -> {new.get(k, '(default)')}"
+            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
 
 
 def is_multirun() -> bool:
@@ -48,7 +66,7 @@ def finished_job(out_dir: Path, overrides: list[str]) -> dict | None:
     """metrics.json of a finished job with these overrides in `out_dir`, else None."""
     record = read_record(out_dir)
     if record and record.get("status") == "finished" and record.get("overrides") == overrides:
-        return record
+        return {**record, "dir": str(out_dir)}
     return None
 
 
@@ -57,37 +75,70 @@ def _last_checkpoint(run_dir: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def resolve_resume(resume, out_dir: Path, overrides: list[str]) -> tuple[Path, Path | None]:
-    """(the folder the run writes to, the checkpoint to continue from or None)."""
+def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: bool = False
+                   ) -> tuple[Path, Path | None]:
+    """(the folder the run writes to, the checkpoint to continue from or None).
+
+    Raises `UserError` before anything is written when the run to continue was started with other
+    overrides and `allow_changes` is false."""
+    if is_multirun():
+        # A re-run sweep: the job's own folder; a killed or crashed job goes on from its last checkpoint.
+        record, ckpt = read_record(out_dir), _last_checkpoint(out_dir)
+        if record is not None and ckpt is not None and record.get("status") != "finished":
+            _check_same(out_dir, record, overrides, allow_changes)
+            log.info("continuing %s from %s", out_dir, ckpt)
+            return out_dir, ckpt
+        if resume in (True, "true") or not Path(str(resume)).is_file():
+            return out_dir, None
     if resume in (None, False, "false", "null"):
         return out_dir, None
     if resume in (True, "true"):
-        if is_multirun():
-            return out_dir, _last_checkpoint(out_dir)
-        candidates = sorted((p for p in out_dir.parent.iterdir() if p.is_dir() and p != out_dir),
-                            key=lambda p: p.stat().st_mtime, reverse=True) if out_dir.parent.is_dir() else []
-        for old in candidates:
-            record = read_record(old)
-            if record and record.get("status") != "finished" and record.get("overrides") == overrides \
-                    and _last_checkpoint(old):
-                _discard_fresh(out_dir)
-                log.info("resuming %s from %s", old, _last_checkpoint(old))
-                return old, _last_checkpoint(old)
-        log.warning("resume=true: no unfinished run with these overrides in %s; starting afresh", out_dir.parent)
-        return out_dir, None
-    path = Path(str(resume)).expanduser()
-    if path.is_dir():
-        ckpt = _last_checkpoint(path)
-        if ckpt is None:
+        runs = sorted((p for p in out_dir.parent.iterdir() if p.is_dir() and p != out_dir and _last_checkpoint(p)),
+                      key=lambda p: p.stat().st_mtime, reverse=True) if out_dir.parent.is_dir() else []
+        same = [p for p in runs if read_record(p) and read_record(p).get("overrides") == overrides]
+        unfinished = [p for p in same if read_record(p).get("status") != "finished"]
+        if not runs:
+            log.warning("resume=true: no run with a checkpoint in %s; starting afresh", out_dir.parent)
+            return out_dir, None
+        old = (unfinished or same or runs)[0]
+        _check_same(old, read_record(old) or {}, overrides, allow_changes)
+    else:
+        path = Path(str(resume)).expanduser()
+        if path.is_file():  # a checkpoint: a new run starts from its weights and state
+            return out_dir, path
+        if not path.is_dir():
+            raise UserError(f"resume={resume}: no such run folder or checkpoint; use resume=true or a <run> folder")
+        if _last_checkpoint(path) is None:
             raise UserError(f"resume={resume}: no checkpoints/last.ckpt in that folder; give a .ckpt file instead")
-        _discard_fresh(out_dir)
-        return path, ckpt
-    if path.is_file():
-        return out_dir, path
-    raise UserError(f"resume={resume}: no such run folder or checkpoint; use resume=true or a <run> folder")
+        old = path
+        _check_same(old, read_record(old) or {}, overrides, allow_changes)
+    discard_fresh(out_dir)
+    log.info("resuming %s from %s", old, _last_checkpoint(old))
+    return old, _last_checkpoint(old)
 
 
-def _discard_fresh(out_dir: Path) -> None:
+def _check_same(run_dir: Path, record: dict, overrides: list[str], allow_changes: bool) -> None:
+    changes = override_changes(record.get("overrides") or [], overrides)
+    if not changes:
+        return
+    if not allow_changes:
+        raise UserError(f"resume: {run_dir} was run with other overrides ({'; '.join(changes)}); repeat its "
+                        "overrides, or add resume_allow_changes=true to continue it with these")
+    log.warning("resume_allow_changes=true: continuing %s with %s", run_dir, "; ".join(changes))
+
+
+def clear_outputs(out_dir: Path) -> None:
+    """Before a fresh start in an old job folder: drop a previous attempt's history and checkpoints,
+    so every CSV holds each epoch once."""
+    for name in RUN_OUTPUTS:
+        path = out_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+
+def discard_fresh(out_dir: Path) -> None:
     """Remove the folder Hydra made for this invocation when the run continues in an older one."""
     if out_dir.is_dir() and {p.name for p in out_dir.iterdir()} <= HYDRA_ONLY:
         shutil.rmtree(out_dir, ignore_errors=True)

@@ -5,7 +5,9 @@ Every run directory holds
   best metrics, corpus statistics and what reproduces the run (seed, git commit, data checksums,
   versions, command line);
 - `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, lr, time);
-- with `logger=wandb` (the default) an offline W&B run under `wandb/`, and Lightning's CSV log.
+- with `logger=wandb` (the default) an offline W&B run under `wandb/` (its id in `wandb_id.txt`, so a
+  resumed run reopens it), and Lightning's CSV log `csv/metrics.csv`. Both metrics files hold each
+  epoch once however often the run was killed and resumed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 import math
 import os
 import platform
+import secrets
+import string
 import subprocess
 import sys
 import time
@@ -34,6 +38,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", "val/ppl_best", "train/tokens_per_s",
                   "train/epoch_time_s", "train/lr", "elapsed_s"]
+TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/epoch_time_s", "train/lr"]
 
 
 def git_commit() -> str | None:
@@ -148,6 +153,9 @@ class EpochHistory(Checkpoint):
             if new:
                 writer.writeheader()
             writer.writerow(row)
+        for logger in trainer.loggers:  # Lightning's CSV log, up to this epoch's validation, before last.ckpt
+            if type(logger).__name__ == "CSVLogger":
+                logger.save()
         log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s  %.1f s", row["epoch"],
                  _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), row.get("train/epoch_time_s") or 0.0)
@@ -175,27 +183,73 @@ def wandb_mode(configured: str) -> str:
     return mode
 
 
-def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | None) -> list:
-    """Lightning loggers for `cfg.logger`: W&B (offline by default) and/or Lightning's CSV log."""
+def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | None,
+                  resume_from: Path | None = None) -> list:
+    """Lightning loggers for `cfg.logger`: W&B (offline by default) and/or Lightning's CSV log.
+    With `resume_from` (a checkpoint of this run), both go on with the same record: the W&B run id
+    stored in `<run>/wandb_id.txt` and the CSV rows of the epochs the checkpoint completed."""
     from pytorch_lightning.loggers import CSVLogger, WandbLogger
 
     loggers = []
     if cfg.logger.get("csv"):
-        loggers.append(CSVLogger(str(out_dir), name="csv", version=""))
+        csv_logger = CSVLogger(str(out_dir), name="csv", version="")
+        if rank_zero_only.rank == 0:
+            _continue_csv(csv_logger, resume_from)
+        loggers.append(csv_logger)
     wb = cfg.logger.get("wandb")
     if wb:
         mode = wandb_mode(wb.get("mode", "offline"))
-        os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
-        loggers.append(WandbLogger(
-            project=wb.project, entity=wb.get("entity"), name=run_name, group=group,
+        id_file = out_dir / "wandb_id.txt"
+        run_id = id_file.read_text().strip() if resume_from is not None and id_file.is_file() else None
+        if run_id is None:
+            run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+            if rank_zero_only.rank == 0:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                id_file.write_text(run_id + "\n")
+        logger = WandbLogger(
+            project=wb.project, entity=wb.get("entity"), name=run_name, group=group, id=run_id, resume="allow",
             job_type=wb.get("job_type"), tags=[*(wb.get("tags") or []), *(o[:64] for o in job_overrides())],
             save_dir=str(out_dir),
             mode=mode, config=OmegaConf.to_container(cfg, resolve=True),
             settings=wandb.Settings(init_timeout=90, console="off"),
-        ))
+        )
+        logger._wandb_init.pop("anonymous", None)  # Lightning passes None, which W&B 0.2x warns about
+        loggers.append(logger)
     return loggers
+
+
+def _continue_csv(logger, resume_from: Path | None) -> None:
+    """Lightning's CSVLogger deletes `csv/metrics.csv` when it starts; a resumed run keeps the rows
+    of the epochs its checkpoint completed (each once) and appends to them."""
+    path = Path(logger.log_dir) / "metrics.csv"
+    rows, fields = [], []
+    if resume_from is not None and path.is_file():
+        done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields = list(reader.fieldnames or [])
+            rows = [row for row in reader if row.get("epoch") and int(float(row["epoch"])) <= done]
+        # Lightning logs an epoch's training metrics after last.ckpt is saved: a kill in between loses
+        # that row, and the resumed run does not log it again. Our own metrics.csv has it.
+        have = {int(float(row["epoch"])) for row in rows if row.get("train/epoch_time_s")}
+        history = Path(logger.save_dir) / "metrics.csv"
+        if history.is_file():
+            with open(history, newline="") as f:
+                for row in csv.DictReader(f):
+                    if int(row["epoch"]) <= done and int(row["epoch"]) not in have:
+                        rows.append({"epoch": row["epoch"], "step": int(row["step"]) - 1,
+                                     **{k: row[k] for k in TRAIN_EPOCH_FIELDS if row.get(k)}})
+                        fields += [k for k in rows[-1] if k not in fields]
+        rows.sort(key=lambda row: int(float(row["epoch"])))
+    writer = logger.experiment  # creates the writer, which removes the file
+    if rows:
+        with open(path, "w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=fields)
+            out.writeheader()
+            out.writerows(rows)
+        writer.metrics_keys = sorted(fields)  # later rows are appended (the header grows if keys are new)
 
 
 def finish_wandb(failed: bool) -> None:

@@ -21,18 +21,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from nplm.checkpoint import check_resumable
+from nplm.config import validate
+from nplm.config.cli import CONF_DIR, command_line
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.heads import head_class
 from nplm.lit import LanguageModel
-from nplm.runs import finished_job, is_multirun, job_overrides, read_record, resolve_resume
+from nplm.progress import Progress
+from nplm.quiet import quiet
+from nplm.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
+                       resolve_resume)
 from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
 from nplm.trees import Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
-
-# conf/ at the top of the repository (nplm is installed in editable mode, `pip install -e .`).
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 # Hydra's second-resolution timestamps collide when jobs start together: add a random suffix.
 OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
@@ -72,13 +74,15 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
-                           monitor="val/ppl", mode="min", save_top_k=1, auto_insert_metric_name=False)
+                           monitor="val/ppl", mode="min", save_top_k=1, auto_insert_metric_name=False,
+                           save_on_train_epoch_end=False)  # after validation only: none in a max_steps stop
     # last.ckpt, what resume= continues from, after every epoch. Not best's save_last=True: Lightning 2.6
     # writes that file only when a new best is saved, so a run killed (or continued) after epochs with
     # no better val/ppl went back to the best epoch and trained those epochs again.
     latest = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="last", monitor=None, save_top_k=1,
                              enable_version_counter=False)
-    callbacks = [best, latest, history]  # best first: trainer.checkpoint_callback is the best checkpoint
+    # best first: trainer.checkpoint_callback is the best checkpoint; the epoch's rows before last.ckpt
+    callbacks = [best, history, latest]
     patience = cfg.callbacks.get("early_stopping_patience")
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
@@ -87,9 +91,10 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
         if float(cfg.stop_at) <= time.time():
             raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
         callbacks.append(StopAt(float(cfg.stop_at)))
-    if trainer_cfg.get("enable_progress_bar") is None:
-        # A live bar in a terminal; plain per-epoch log lines in batch jobs and CI logs.
-        trainer_cfg["enable_progress_bar"] = sys.stdout.isatty()
+    if trainer_cfg.get("enable_progress_bar") is not False:
+        # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
+        callbacks.append(Progress(cfg.get("progress", {}).get("interval", 30)))
+        trainer_cfg["enable_progress_bar"] = True
     try:
         return pl.Trainer(**trainer_cfg, logger=loggers or False, callbacks=callbacks,
                           default_root_dir=str(out_dir), enable_model_summary=False)
@@ -179,22 +184,44 @@ def train(cfg: DictConfig) -> dict:
     A `UserError` (bad config value, bad data, a NaN loss) removes the job's run directory, so a
     mistake never leaves a half-written run behind; any other failure marks metrics.json "failed".
     """
+    quiet(bool(cfg.get("verbose")))
     fresh = Path(cfg.paths.output_dir)  # this invocation's folder; a resumed run goes on in its own
     overrides = job_overrides()
-    done = finished_job(fresh, overrides)
-    if done is not None:
-        log.info("skipping %s: already finished", fresh)
-        return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     try:
-        out_dir, ckpt = resolve_resume(cfg.get("resume"), fresh, overrides)
+        cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
+    except UserError as err:
+        _fail_fresh_job(fresh, overrides, err)
+        raise
+    done = finished_job(fresh, overrides)
+    if done is None:
+        try:
+            out_dir, ckpt = resolve_resume(cfg.get("resume"), fresh, overrides, bool(cfg.get("resume_allow_changes")))
+        except UserError:
+            discard_fresh(fresh)  # nothing written; an old job folder stays as it was
+            raise
+        if cfg.get("resume") in (True, "true"):  # the newest run with these overrides had finished
+            done = finished_job(out_dir, overrides)
+    if done is not None:
+        log.info("skipping %s: already finished", done["dir"])
+        return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
+    if ckpt is None:
+        clear_outputs(out_dir)  # a failed job's earlier attempt
+    try:
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
         finish_wandb(failed=True)
-        shutil.rmtree(fresh, ignore_errors=True)  # never an older run's folder
-        if is_multirun():  # the sweep goes on; the job's folder says why it failed
-            fresh.mkdir(parents=True, exist_ok=True)
-            write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
+        _fail_fresh_job(fresh, overrides, err, remove=ckpt is None or not ckpt.is_relative_to(fresh))
         raise
+
+
+def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
+    """Remove this invocation's folder (`remove`: not when a multirun job resumed in it); in a multirun,
+    leave a metrics.json saying why the job failed."""
+    if remove:  # never an older run's folder
+        shutil.rmtree(fresh, ignore_errors=True)
+    if is_multirun():  # the sweep goes on; the job's folder says why it failed
+        fresh.mkdir(parents=True, exist_ok=True)
+        write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
 
 
 def _threads(cfg: DictConfig) -> int | None:
@@ -220,6 +247,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
+    dm.require_batches(cfg.trainer)
     if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
         tree = learned_tree(cfg, dm, out_dir / "bootstrap")
     else:
@@ -230,7 +258,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if ckpt is not None:
         check_resumable(ckpt, module)
     run_name, group = _hydra_job()
-    loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"))
+    loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s)
     if tree is not None and record.enabled:
@@ -247,7 +275,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
         if dm.has_split("test"):
-            metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path, verbose=False)[0])
+            # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
+            metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
         metrics["val/ppl_best"] = module.best_val_ppl
         record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
         metrics["best_checkpoint"] = best_path
@@ -293,6 +322,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    command_line(sys.argv[1:])  # --help, and overrides no config has: answered before Hydra starts
     _hydra_main()
     if _failed_jobs:
         print(f"nplm: error: {len(_failed_jobs)} job(s) of the sweep failed; see their metrics.json "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from nplm.config.rules import show
 from nplm.data import sources
 from nplm.data.tokenizers import TOKENIZERS, clean_brown_text
 from nplm.data.vocabulary import EOS
@@ -64,30 +65,21 @@ class CorpusText:
 
 def split_sizes(total: int, train_size, valid_size, test_size) -> tuple[int, int, int]:
     """Sizes of train/valid/test in tokens. Each size is a count (int), a fraction of `total`
-    (float < 1), or null for "the rest" (at most one of valid/test may be null)."""
+    (float <= 1), or null for "the rest" (at most one of valid/test; nplm.config.schema checks them)."""
 
-    def resolve(size, name: str) -> int | None:
-        if size is None:
-            return None
-        if isinstance(size, float) and 0 <= size <= 1:
-            return int(size * total)
-        if isinstance(size, int) and size >= 0:
-            return size
-        raise UserError(f"corpus.{name}={size!r} is not a token count >= 0 or a fraction in [0, 1]")
+    def resolve(size) -> int | None:
+        return None if size is None else int(size * total) if isinstance(size, float) else int(size)
 
-    n_train, n_valid, n_test = (resolve(s, n) for s, n in
-                                ((train_size, "train_size"), (valid_size, "valid_size"), (test_size, "test_size")))
-    if n_train is None:
-        raise UserError("corpus.train_size must be set (a token count or a fraction)")
-    if n_valid is None and n_test is None:
-        raise UserError("only one of corpus.valid_size / corpus.test_size may be null (the rest)")
+    n_train, n_valid, n_test = resolve(train_size), resolve(valid_size), resolve(test_size)
     if n_valid is None:
         n_valid = total - n_train - n_test
     if n_test is None:
         n_test = total - n_train - n_valid
     if min(n_valid, n_test) < 0 or n_train + n_valid + n_test > total:
-        raise UserError(f"corpus split sizes {n_train}+{n_valid}+{n_test} exceed the corpus' {total} tokens; "
-                        "lower corpus.train_size / valid_size / test_size")
+        asked = n_train + max(n_valid, 0) + max(n_test, 0)
+        raise UserError(f"corpus.train_size={show(train_size)}: with corpus.valid_size={show(valid_size)} and "
+                        f"corpus.test_size={show(test_size)} the splits need {asked} tokens, more than the corpus' "
+                        f"{total}; lower them")
     return n_train, n_valid, n_test
 
 
@@ -159,10 +151,6 @@ def load_brown_gpt2(cfg: dict, data_dir: Path) -> CorpusText:
 
 def load_text_files(cfg: dict, data_dir: Path) -> CorpusText:
     """The user's own train/valid/test files: whitespace tokens, `<eos>` after each line if `eos`."""
-    if not cfg.get("train"):
-        raise UserError("corpus=text_files needs corpus.train=/path/to/train.txt (and corpus.valid=...)")
-    if not cfg.get("valid"):
-        raise UserError("corpus=text_files needs corpus.valid=/path/to/valid.txt for validation perplexity")
     encoding = cfg.get("encoding", "utf-8")
     splits, files = {}, {}
     for split in ("train", "valid", "test"):

@@ -37,13 +37,7 @@ class LMDataModule(pl.LightningDataModule):
     def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
                  seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None,
                  overfit_batches: int = 0):
-        super().__init__()
-        if context_size <= 0:
-            raise UserError(f"model.context_size={context_size} must be >= 1 (the n-1 previous words)")
-        if batch_size <= 0:
-            raise UserError(f"data.batch_size={batch_size} must be >= 1")
-        if eval_batch_size <= 0:
-            raise UserError(f"data.eval_batch_size={eval_batch_size} must be >= 1")
+        super().__init__()  # the values were checked against nplm.config.schema
         self.corpus_cfg = dict(corpus_cfg)
         self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
         self.seed, self.data_dir = seed, data_dir
@@ -77,11 +71,7 @@ class LMDataModule(pl.LightningDataModule):
             previous = ids
             if len(tokens) == 0 and split == "test":
                 continue
-            if len(stream) < k + 1:
-                raise UserError(
-                    f"the {split} split of corpus '{cfg['name']}' has {len(tokens)} tokens but "
-                    f"model.context_size={k} needs at least {k + 1}; use a smaller context or more text"
-                )
+            _require_tokens(cfg, split, len(tokens), len(stream), k)
             self.windows[split] = Windows(stream, k)
             self.stats[split] = SplitStats(len(tokens), len(self.windows[split]), self.vocab.oov_rate(tokens))
         if built_here:  # counts are training-split counts, whatever the vocabulary was counted on
@@ -94,20 +84,31 @@ class LMDataModule(pl.LightningDataModule):
     def _build_vocab(self, text: CorpusText) -> Vocabulary:
         cfg = self.corpus_cfg
         source = cfg.get("vocab_from", "train")
-        if source not in ("train", "all"):
-            raise UserError(f"corpus.vocab_from={source!r} is not one of: train, all")
         streams = [text.train] if source == "train" else [text.train, text.valid, text.test]
         min_count = int(cfg.get("min_count", 1))
-        max_vocab = cfg.get("max_vocab")
-        if min_count < 1:
-            raise UserError(f"corpus.min_count={min_count} must be >= 1")
-        if max_vocab is not None and max_vocab < 2:
-            raise UserError(f"corpus.max_vocab={max_vocab} must be >= 2 or null")
-        return Vocabulary.build(
-            streams, min_count=min_count, max_vocab=max_vocab,
+        vocab = Vocabulary.build(
+            streams, min_count=min_count, max_vocab=cfg.get("max_vocab"),
             unk=cfg.get("unk", UNK), order=cfg.get("order", "frequency"),
             joiner=JOINERS[text.tokenizer], tokenizer=text.tokenizer,
         )
+        if len(vocab) < 2:  # one word: every prediction is certain and perplexity a meaningless 1.0
+            raise UserError(f"corpus.min_count={min_count}: leaves {len(vocab)} word(s) in the vocabulary of corpus "
+                            f"'{cfg['name']}' ({', '.join(vocab.tokens) or 'none'}); a language model needs at "
+                            "least 2, lower corpus.min_count")
+        return vocab
+
+    def require_batches(self, trainer_cfg) -> None:
+        """A fraction `trainer.limit_*_batches` that leaves a split no whole batch is refused here, with the
+        smallest fraction that works (Lightning would stop with a traceback after the run started)."""
+        for split, key, batch_size in (("train", "limit_train_batches", self.batch_size),
+                                       ("valid", "limit_val_batches", self.eval_batch_size),
+                                       ("test", "limit_test_batches", self.eval_batch_size)):
+            limit = trainer_cfg.get(key)
+            if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
+                batches = -(-len(self.windows[split]) // batch_size)
+                if int(limit * batches) == 0:
+                    raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
+                                    f"of {batch_size} windows); use at least {1 / batches:.3g}, or a count like 1")
 
     def has_split(self, split: str) -> bool:
         return split in self.windows
@@ -144,3 +145,17 @@ class LMDataModule(pl.LightningDataModule):
             "vocab_size": len(self.vocab),
             **{f"{split}_{key}": value for split, s in self.stats.items() for key, value in vars(s).items()},
         }
+
+
+def _require_tokens(cfg: dict, split: str, tokens: int, stream: int, k: int) -> None:
+    """A split must have tokens, and with the context carried over from the previous split at least
+    k + 1 of them (k = model.context_size) to make one window."""
+    files = cfg["name"] == "text_files"
+    key = split if files else f"{split}_size"
+    if tokens == 0:
+        fix = f"give corpus.{key} a file with words in it" if files else f"raise corpus.{key}"
+        raise UserError(f"corpus.{key}={cfg.get(key)}: the {split} split of corpus '{cfg['name']}' has no tokens; "
+                        f"{fix}")
+    if stream < k + 1:
+        raise UserError(f"model.context_size={k}: longer than the {split} split of corpus '{cfg['name']}' "
+                        f"({tokens} tokens; it needs at least {k + 1}); use a smaller context or more text")

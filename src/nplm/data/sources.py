@@ -43,19 +43,27 @@ def download(url: str, dest: Path, expected_sha256: str | None, timeout: float =
 
 
 def read_text(path: str | Path, encoding: str = "utf-8", option: str = "corpus.path") -> str:
-    """Read a corpus file; missing, empty or undecodable files raise a one-line `UserError`."""
+    """Read a corpus file. A missing file, a folder, an unreadable or empty file, or bytes that are not
+    valid in `encoding` raise a one-line `UserError` naming `option`, the file and where it went wrong."""
     p = Path(path).expanduser()
+    where = f"{option}={path}"
+    if p.is_dir():
+        raise UserError(f"{where}: is a folder, not a text file; give the path of a file")
     if not p.is_file():
-        raise UserError(f"corpus file {str(p)!r} does not exist; set {option}=/path/to/file")
-    data = p.read_bytes()
+        raise UserError(f"{where}: no such file ({p.resolve()}); set {option}=/path/to/file")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise UserError(f"{where}: cannot be read ({err.strerror or err})") from None
     if not data.strip():
-        raise UserError(f"corpus file {str(p)!r} is empty; give {option} a file with text in it")
+        raise UserError(f"{where}: the file is empty ({len(data)} bytes, no text); give {option} a file with text")
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
         raise UserError(
-            f"corpus file {str(p)!r} is not valid {encoding}: byte {data[err.start]:#04x} at offset "
-            f"{err.start}; convert it (iconv -f latin1 -t utf-8) or set corpus.encoding=latin-1"
+            f"{where}: not valid {encoding} at byte offset {err.start} (line {line}, byte {data[err.start]:#04x}); "
+            f"set corpus.encoding to the file's encoding (e.g. corpus.encoding=latin-1) or convert the file to {encoding}"
         ) from None
 
 

@@ -1,9 +1,10 @@
 """A binary tree over the vocabulary, as plain arrays (Morin & Bengio 2005, section 3).
 
 Internal nodes are numbered 0..I-1 breadth-first (0 is the root, a child's number is larger than its
-parent's); the leaves are 0..L-1. `children[i] = (left, right)`, where a child c >= 0 is an internal
-node and c < 0 is the leaf -1 - c. A leaf's path is the internal nodes from the root down to it, and
-its code says at each of them whether the path turns left (0) or right (1), so that
+parent's; a tree given with another numbering, e.g. a hand-written tree.json, is renumbered so on
+load); the leaves are 0..L-1. `children[i] = (left, right)`, where a child c >= 0 is an internal node
+and c < 0 is the leaf -1 - c. A leaf's path is the internal nodes from the root down to it, and its
+code says at each of them whether the path turns left (0) or right (1), so that
 
     P(leaf | context) = prod_j P(b_j | b_1..b_{j-1}, context) = prod_j sigmoid(+-s(node_j, context))
 
@@ -52,7 +53,7 @@ class Tree:
         self.children = [tuple(int(c) for c in pair) for pair in self.children]
         if self.leaf_words is not None:
             self.leaf_words = [int(w) for w in self.leaf_words]
-        self.validate()
+        self.children = self._breadth_first(self.validate())
 
     @property
     def num_leaves(self) -> int:
@@ -87,23 +88,23 @@ class Tree:
             children.append((pair[0], pair[1]))
         return cls(children, vocab_size, **kwargs)
 
-    def validate(self) -> None:
-        """Binary, connected from the root, every leaf reached once, every word at least one leaf (exactly
-        one in a plain tree), children after parents."""
+    def validate(self) -> int:
+        """Binary, every leaf reached once, every word at least one leaf (exactly one in a plain tree),
+        every node but one (the root, returned) exactly one parent, every node reachable from the root.
+        Any numbering of the nodes is accepted."""
         V, L, I = self.vocab_size, self.num_leaves, len(self.children)
         if I != L - 1:
             raise UserError(f"a binary tree with {L} leaves has {L - 1} internal nodes, this one {I}")
         seen_words = [0] * L
-        seen_nodes = [0] * I
+        parents = [0] * I
         for parent, pair in enumerate(self.children):
             if len(pair) != 2:
                 raise UserError(f"tree node {parent} has {len(pair)} children; trees must be binary")
             for c in pair:
                 if c >= 0:
-                    if not parent < c < I:
-                        raise UserError(f"tree node {parent} has child node {c}; children must be numbered "
-                                        "after their parent")
-                    seen_nodes[c] += 1
+                    if c >= I:
+                        raise UserError(f"tree node {parent} has child node {c}; there are only {I} nodes")
+                    parents[c] += 1
                 else:
                     if not 0 <= -1 - c < L:
                         raise UserError(f"tree node {parent} has leaf {-1 - c}, outside the {L} leaves")
@@ -121,9 +122,35 @@ class Tree:
                 codes[w] += 1
             if 0 in codes:
                 raise UserError(f"word {codes.index(0)} has no leaf; every word needs at least one code")
-        bad_node = next((i for i, n in enumerate(seen_nodes) if n != (0 if i == 0 else 1)), None)
-        if bad_node is not None:
-            raise UserError(f"tree node {bad_node} has {seen_nodes[bad_node]} parents; the tree is not connected")
+        roots = [i for i, n in enumerate(parents) if n == 0]
+        bad_node = next((i for i, n in enumerate(parents) if n > 1), None)
+        if bad_node is not None or len(roots) != 1:
+            node = bad_node if bad_node is not None else roots[1] if roots else 0
+            raise UserError(f"tree node {node} has {parents[node]} parents; the tree is not connected")
+        reached, stack = 1, [roots[0]]
+        while stack:  # one parent each and I - 1 edges: all reached from the root means no cycle
+            for c in self.children[stack.pop()]:
+                if c >= 0:
+                    reached += 1
+                    stack.append(c)
+            if reached > I:
+                break
+        if reached != I:
+            raise UserError(f"tree nodes form a cycle: {I - reached} of {I} are not below the root {roots[0]}")
+        return roots[0]
+
+    def _breadth_first(self, root: int) -> list[tuple[int, int]]:
+        """The same tree with its internal nodes renumbered breadth-first from the root (children in
+        (parent, turn) order), the numbering the level-by-level full distribution relies on. A tree
+        already numbered so (every builder's) is returned unchanged."""
+        new_id = {root: 0}
+        order = [root]
+        for old in order:  # grows while it is walked: a breadth-first queue
+            for c in self.children[old]:
+                if c >= 0:
+                    new_id[c] = len(order)
+                    order.append(c)
+        return [tuple(new_id[c] if c >= 0 else c for c in self.children[old]) for old in order]
 
     # -- paths -------------------------------------------------------------------------------
     def paths(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,130 @@
+"""What `nplm-train` answers before Hydra and torch start: `--help`, and overrides naming a key or a
+group option that no config has. Imports neither torch, Lightning nor W&B: `nplm-train --help`
+answers at once.
+
+The help page is read from the config folder itself: each group's options with the first comment
+line of their yaml file, and the top-level keys from `nplm.config.schema`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from nplm.config.schema import GROUPS, TOP, TOP_DOC
+from nplm.errors import EXIT_USER_ERROR, UserError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # nplm/conf, inside the installed package
+# Groups chosen on the command line (`group=option`) that hold no training keys of their own.
+CHOICE_ONLY = ("experiment", "debug", "sweep")
+HELP_FLAGS = ("-h", "--help")
+
+EXAMPLES = """\
+examples:
+  nplm-train experiment=quickstart                              a run (Tiny Shakespeare, 3 epochs)
+  nplm-train corpus=brown head=hierarchical tree=huffman optimizer.lr=0.003
+  nplm-train -m model.context_size=2,4 model.embed_dim=16,32 corpus=toy   a sweep: 4 jobs
+  nplm-train -m +sweep=seeds experiment=brown_mlp1              a preset sweep (conf/sweep/)
+  nplm-train experiment=brown_mlp1 resume=true                  resume the last unfinished run
+  nplm-compare outputs/brown_mlp1 --markdown table.md           compare the runs and sweeps
+  nplm-train experiment=quickstart --cfg job                    print the composed config, run nothing"""
+
+
+def options(group: str, conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """{option: its yaml file's first comment line} for a config group (subfolders as a/b)."""
+    folder = conf_dir / group
+    out = {}
+    for path in sorted(folder.rglob("*.yaml")):
+        first = ""
+        for line in path.read_text().splitlines():
+            text = line.lstrip("# ").strip()
+            if line.startswith("#") and text and not text.startswith("@package"):
+                first = text
+                break
+        out[path.relative_to(folder).with_suffix("").as_posix()] = first
+    return out
+
+
+def help_text(conf_dir: Path = CONF_DIR) -> str:
+    """The `nplm-train --help` page."""
+    lines = ["usage: nplm-train [-m] [group=option ...] [key=value ...] [--cfg job] [-h]", "",
+             "Train a neural probabilistic language model; every setting is a Hydra override.",
+             "Every value is checked before anything runs (see README: What is checked).", "",
+             "config groups (group=option; change one of its keys with group.key=value):"]
+    for group in sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in ("hydra", "paths")):
+        lines.append(f"  {group}")
+        for option, doc in options(group, conf_dir).items():
+            lines.append(f"    {option:30s}{doc if len(doc) <= 88 else doc[:87] + '...'}")
+    lines += ["", "top-level keys (key=value):"]
+    for key, rule in TOP.items():
+        lines.append(f"  {key:22s} {TOP_DOC.get(key, '')} [{rule.describe()}]")
+    lines += ["  data.batch_size / data.eval_batch_size   windows per training / evaluation batch",
+              "  callbacks.early_stopping_patience        stop after this many epochs without a better val/ppl",
+              "  paths.data_dir                           downloads ($NPLM_DATA_DIR, default ./data_cache)",
+              "", EXAMPLES, "",
+              "Hydra's own flags: nplm-train --hydra-help"]
+    return "\n".join(lines)
+
+
+def _simple_values(value: str) -> list[str] | None:
+    """`a,b,c` -> [a, b, c] for plain names; None for anything Hydra's grammar may treat specially."""
+    return value.split(",") if re.fullmatch(r"[\w./-]+(,[\w./-]+)*", value) else None
+
+
+def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
+    """Refuse, with the valid keys or options, an override no config can have: a group option with no
+    yaml file (`corpus=wikipedia`), a top-level key (`foo=1`) or group key (`model.embedding=16`,
+    `+corpus.anything=1`) that no option of the group has. Keys valid in another option of the group
+    are left to the schema check on the composed config."""
+    chosen_options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in argv if re.fullmatch(r"\w+=\w+", a)}
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg or arg.startswith("~"):
+            continue
+        key, value = arg.lstrip("+").split("=", 1)
+        if key.startswith("hydra") or "/" in key or "@" in key:
+            continue
+        if "." not in key:
+            if key in GROUPS or key in CHOICE_ONLY:
+                if (conf_dir / key).is_dir():
+                    valid = options(key, conf_dir)
+                    for choice in _simple_values(value) or []:
+                        if choice not in valid and choice != "null":
+                            raise UserError(f"{key}={choice}: no such option; valid: {', '.join(valid)}")
+            elif key not in TOP:
+                raise UserError(f"{key}={value}: unknown key; valid top-level keys: "
+                                f"{', '.join(sorted([*TOP, *GROUPS]))}")
+            continue
+        group, sub = key.split(".", 1)
+        if group in GROUPS and group != "logger":
+            schema = GROUPS[group]
+            chosen = chosen_options.get(group)
+            picked = [chosen] if chosen in schema.options else list(schema.options)
+            keys = sorted({k for option in picked for k in schema.keys_of(option)})
+            if sub not in keys:
+                where = f"{group}={chosen}" if len(picked) == 1 and chosen else group
+                raise UserError(f"{key}={value}: unknown key of {where}; valid keys: {', '.join(keys)}")
+
+
+def command_line(argv: list[str]) -> None:
+    """`--help`: print the page and exit 0; an impossible override: one line on stderr, exit 2."""
+    if any(a in HELP_FLAGS for a in argv):
+        try:
+            print(help_text(), flush=True)
+        except BrokenPipeError:  # `nplm-train --help | head`: the reader left, nothing is wrong
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    try:
+        check_overrides(argv)
+    except UserError as err:
+        print(f"nplm: error: {err}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def main() -> None:
+    """The `nplm-train` console script: answer --help here, train in `nplm.train`."""
+    command_line(sys.argv[1:])
+    from nplm.train import main as train_main
+
+    train_main()
