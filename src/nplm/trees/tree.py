@@ -94,7 +94,8 @@ class Tree:
         Any numbering of the nodes is accepted."""
         V, L, I = self.vocab_size, self.num_leaves, len(self.children)
         if I != L - 1:
-            raise UserError(f"a binary tree with {L} leaves has {L - 1} internal nodes, this one {I}")
+            over = f"over {V} words" if self.leaf_words is None else f"with {L} leaves"
+            raise UserError(f"a binary tree {over} has {L - 1} internal nodes, this one {I}")
         seen_words = [0] * L
         parents = [0] * I
         for parent, pair in enumerate(self.children):
