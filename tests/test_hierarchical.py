@@ -119,4 +119,60 @@ def test_learned_tree_trains_in_two_phases_from_one_command(run_train, tmp_path)
     assert phase1["status"] == "finished" and phase1["epochs"] == 2 and phase1["tree"]["kind"] == "random"
     tree = Tree.load(run / "tree.json")
     assert tree.kind == "learned" and len(tree.children) == 41
+    assert Tree.load(run / "bootstrap" / "learned_tree.json").children == tree.children
+    assert torch.load(run / "bootstrap" / "word_vectors.pt").shape == (42, 16)  # c + W f of Morin-Bengio nodes
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["nplm"]["tree"]["kind"] == "learned"
+
+
+def test_learned_tree_killed_in_phase_one_goes_on_from_its_checkpoint(run_train, tmp_path):
+    import json
+
+    run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=1", "trainer.max_epochs=1")
+    run = tmp_path / "run"
+    boot = run / "bootstrap"
+    record = json.loads((boot / "metrics.json").read_text())
+    (boot / "metrics.json").write_text(json.dumps({**record, "status": "running"}))  # as if killed in epoch 2
+    for path in (boot / "word_vectors.pt", boot / "learned_tree.json", run / "metrics.json"):
+        path.unlink()
+    (run / "checkpoints" / "last.ckpt").unlink()
+    run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2", "trainer.max_epochs=1",
+              "tree.split=adaptive", "tree.eps=0.2")
+    again = json.loads((boot / "metrics.json").read_text())
+    assert again["status"] == "finished" and len(again["history"]) == 2  # epoch 1 kept, epoch 2 trained
+    assert Tree.load(run / "tree.json").stats()["codes_per_word"] >= 1.0
+    assert json.loads((run / "metrics.json").read_text())["tree"]["codes_per_word"] == Tree.load(
+        boot / "learned_tree.json").codes_per_word
+
+
+@pytest.mark.parametrize("node_form", ["morin_bengio", "logistic"])
+def test_multi_code_tree_sums_over_codes_and_stays_normalised_over_words(node_form):
+    from nplm.trees.mixture_tree import mixture_tree
+
+    gen = torch.Generator().manual_seed(0)
+    vectors = torch.randn(30, 4, generator=gen, dtype=torch.float64).numpy()
+    tree = mixture_tree(vectors, seed=0, split="adaptive", eps=0.3, runs=2)  # 2 runs: >= 2 codes per word
+    assert tree.codes_per_word > 2.0 and tree.num_leaves == len(tree.leaf_words)
+    head = HierarchicalHead(6, tree, node_form=node_form).double()
+    features = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    log_probs = head.log_probs(features)  # [5, 30]
+    assert log_probs.shape == (5, 30)
+    torch.testing.assert_close(log_probs.exp().sum(1), torch.ones(5, dtype=torch.float64))
+    target = torch.arange(30).view(5, 6)[:, 0] + torch.tensor([0, 1, 2, 3, 4])
+    torch.testing.assert_close(head.nll(features, target), -log_probs.gather(1, target[:, None]).squeeze(1))
+    # a word's probability is the sum over its codes: the leaves' probabilities, added up by hand
+    nodes, codes, lengths = tree.paths()
+    leaf = (codes.double() * 2 - 1) * head._path_scores(features[:1].expand(len(nodes), 6), nodes)[:, :]
+    leaf_lp = (torch.nn.functional.logsigmoid(leaf) * (torch.arange(nodes.shape[1]) < lengths[:, None])).sum(1)
+    w = tree.leaf_words[0]
+    by_hand = sum(leaf_lp[i].exp() for i, v in enumerate(tree.leaf_words) if v == w)
+    torch.testing.assert_close(log_probs[0, w].exp(), by_hand)
+
+
+def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path):
+    from conftest import TOY_FAST
+
+    run_train(*TOY_FAST, "model.context_size=2")  # a softmax model on the toy corpus: 42 words
+    first = next((tmp_path / "run" / "checkpoints").glob("best*.ckpt"))
+    with pytest.raises(UserError, match=r"tree.bootstrap_checkpoint=.*trained on another vocabulary \(42 words\) than this corpus. \(10\)"):
+        run_train("experiment=toy_hsm", "corpus.max_vocab=10", "tree=learned", f"tree.bootstrap_checkpoint={first}",
+                  "paths.output_dir=" + str(tmp_path / "second"))

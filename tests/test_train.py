@@ -142,3 +142,17 @@ def test_multirun_2x2_gives_four_runs_with_wandb_offline(tmp_path):
         data = runs[0].read_bytes()
         assert b"val/ppl" in data and b"test/ppl" in data and b"train/ppl" in data
     assert shapes == {("toy", 2, 16), ("toy", 2, 32), ("toy", 4, 16), ("toy", 4, 32)}
+
+
+def test_stop_at_ends_training_by_a_wall_clock_deadline_and_still_tests(run_train, tmp_path):
+    import time
+
+    from conftest import TOY_FAST
+
+    from nplm.errors import UserError
+
+    with pytest.raises(UserError, match=r"stop_at=1.0: that time has passed; give a later Unix time"):
+        run_train(*TOY_FAST, "stop_at=1.0")
+    metrics = run_train(*TOY_FAST, "trainer.max_epochs=100000", f"stop_at={time.time() + 3}")
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert record["status"] == "finished" and 1 <= record["epochs"] < 100000 and metrics["test/ppl"] > 1

@@ -50,13 +50,15 @@ def family_vectors(V: int = 13, seed: int = 0) -> torch.Tensor:
 
 
 def leaves(tree: Tree, node: int) -> set[int]:
+    """The words under `node` (of its leaves, in a multi-code tree)."""
+    word = tree.word_of_leaf().tolist()
     out, stack = set(), [node]
     while stack:
         for c in tree.children[stack.pop()]:
             if c >= 0:
                 stack.append(c)
             else:
-                out.add(-1 - c)
+                out.add(word[-1 - c])
     return out
 
 
@@ -70,7 +72,7 @@ def distance(tree: Tree, u: int, v: int) -> int:
 
 def root_split(tree: Tree, words: set[int]) -> list[set[int]]:
     """The words of `words` under the root's left and right child."""
-    return [({-1 - c} if c < 0 else leaves(tree, c)) & words for c in tree.children[0]]
+    return [({tree.word_of_leaf().tolist()[-1 - c]} if c < 0 else leaves(tree, c)) & words for c in tree.children[0]]
 
 
 # -- a miniature WordNet database, read by NLTK's real reader -----------------------------------------
@@ -187,15 +189,26 @@ def wordnet_vectors() -> np.ndarray:
 
 
 def test_wordnet_tree_keeps_is_a_siblings_together_and_places_a_word_without_synset_by_its_vector():
-    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="nearest")
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="nearest", binarise="kmeans")
     dog, cat, oak, car, zorp = 0, 1, 3, 5, 7
     assert distance(tree, dog, cat) < distance(tree, dog, oak) < distance(tree, dog, car)
     assert distance(tree, zorp, cat) < distance(tree, zorp, oak) < distance(tree, zorp, car)
     assert sorted(root_split(tree, set(range(7))), key=min) == [{0, 1, 2, 3, 4}, {5, 6}]
 
 
+def test_wordnet_balanced_binarisation_keeps_a_deep_is_a_chain_shallow():
+    V = 64  # word w hangs under the chain s0 > s1 > ... > s_w: a caterpillar of IS-A levels
+    paths = {w: [f"s{k}" for k in range(w + 1)] + [f"w{w}"] for w in range(V)}
+    vectors = np.random.default_rng(0).normal(size=(V, 4))
+    assert tree_from_hypernyms(paths, vectors, binarise="kmeans").stats()["max_depth"] == V - 1
+    balanced = tree_from_hypernyms(paths, vectors, binarise="balanced")
+    assert balanced.stats()["max_depth"] <= math.ceil(math.log2(V)) + 4  # 10, against 63
+    with pytest.raises(UserError, match=r"tree.binarise='median' is not one of: balanced, kmeans"):
+        tree_from_hypernyms(paths, vectors, binarise="median")
+
+
 def test_wordnet_subtree_mode_gives_words_without_synset_their_own_root_child():
-    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree")
+    tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree", binarise="kmeans")
     assert sorted(root_split(tree, set(range(9))), key=min) == [set(range(7)), {7, 8}]
     with pytest.raises(UserError, match=r"tree.unplaced='closest' is not one of: nearest, subtree"):
         tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="closest")
@@ -221,10 +234,54 @@ def test_missing_wordnet_is_a_one_line_error_saying_how_to_install_it(tmp_path, 
 # -- learned / clustering ----------------------------------------------------------------------------
 def test_learned_tree_splits_two_separated_groups_of_vectors_at_the_root():
     ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
-    for balanced in (False, True):
-        left, right = sorted(root_split(learned(ctx, balanced=balanced), set(A + B)), key=min)
+    for split in ("adaptive", "balanced"):
+        left, right = sorted(root_split(learned(ctx, split=split), set(A + B)), key=min)
         assert (left, right) == (set(A), set(B))
-    assert learned(ctx, balanced=True).stats()["max_depth"] == math.ceil(math.log2(13))
+    stats = learned(ctx, split="balanced").stats()
+    assert stats["max_depth"] == math.ceil(math.log2(13)) and stats["codes_per_word"] == 1.0
+
+
+def test_adaptive_eps_puts_words_near_responsibility_one_half_on_both_sides():
+    from nplm.trees.mixture_tree import split_by_responsibility
+
+    log_odds = np.array([-5.0, -0.5, 0.0, 0.3, 5.0])  # responsibilities 0.007, 0.38, 0.5, 0.57, 0.993
+    left, right = split_by_responsibility(log_odds, "adaptive", 0.1)
+    assert left.tolist() == [True, True, True, True, False] and right.tolist() == [False, False, True, True, True]
+    left, right = split_by_responsibility(log_odds, "adaptive", 0.0)
+    assert right.tolist() == [False, False, False, True, True] and (left == ~right).all()
+    left, right = split_by_responsibility(log_odds, "balanced", 0.0)
+    assert right.tolist() == [False, False, False, True, True]
+    left, right = split_by_responsibility(np.zeros(4), "adaptive", 0.3)  # all undecided: no progress, so halves
+    assert right.sum() == 2 and (left == ~right).all()
+    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
+    tree = learned(ctx, split="adaptive", eps=0.49)
+    assert tree.codes_per_word > 1 and set(tree.leaf_words) == set(range(13))
+    assert learned(ctx, split="adaptive", eps=0.0).leaf_words is None  # eps 0: one code per word
+
+
+def test_runs_join_independent_trees_under_one_root_with_a_code_per_run():
+    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
+    tree = learned(ctx, runs=4)
+    assert tree.codes_per_word == 4.0 and len(tree.children) == 4 * 13 - 1
+    assert sorted(tree.leaf_words) == sorted(list(range(13)) * 4)
+    assert all(c >= 0 for c in tree.children[0] + tree.children[1] + tree.children[2])  # the 3 joining nodes
+    again = Tree.from_dict(json.loads(json.dumps(tree.to_dict())))
+    assert again.leaf_words == tree.leaf_words and again.stats() == tree.stats()
+
+
+def test_learned_tree_options_are_checked():
+    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
+    for options, message in [({"split": "median"}, "tree.split='median' is not one of: balanced, adaptive"),
+                             ({"eps": 0.5}, r"tree.eps=0.5 must be in \[0, 0.5\)"),
+                             ({"split": "balanced", "eps": 0.2}, "tree.eps=0.2 needs tree.split=adaptive"),
+                             ({"runs": 0}, "tree.runs=0 must be a whole number >= 1")]:
+        with pytest.raises(UserError, match=message):
+            learned(ctx, **options)
+
+
+def test_multi_code_tree_refuses_a_word_without_a_leaf():
+    with pytest.raises(UserError, match="word 2 has no leaf; every word needs at least one code"):
+        Tree([(1, -3), (-1, -2)], 3, leaf_words=[0, 1, 0])
 
 
 def test_learned_tree_needs_vectors_of_the_right_shape():
@@ -232,7 +289,7 @@ def test_learned_tree_needs_vectors_of_the_right_shape():
     with pytest.raises(UserError, match=r"tree=learned needs word vectors from a first training phase"):
         learned(ctx)
     ctx.embeddings = torch.zeros(5, 8)
-    with pytest.raises(UserError, match=r"shape \(5, 8\); it needs \[13, m\]"):
+    with pytest.raises(UserError, match=r"shape \(5, 8\); it needs \[13, d\]"):
         learned(ctx)
 
 

@@ -4,6 +4,16 @@
     python experiments/morin2005/run.py --rows timing,hierarchical-huffman --threads 2
     python experiments/morin2005/run.py --report-only
     python experiments/morin2005/run.py --rows nplm --rerun      # after raising max_epochs
+    python experiments/morin2005/run.py --parallel 12 --device gpu --budget-s 1100   # gpu_runs.sh
+
+`--parallel N` trains the network rows N at a time, each in its own process (`threads=1`), every
+one to convergence (early stopping, patience 2, at most MAX_EPOCHS epochs); rows already converged
+in outputs/morin2005/ are skipped, the others start afresh or go on from their last checkpoint.
+With `--budget-s S` every row stops training by S seconds after the start (less a margin for its
+test pass), tests its best checkpoint and writes its result with "converged": false, so a second
+call goes on from there. Learned-tree rows take their first model from the random-tree row of the
+same node form (`tree.bootstrap_checkpoint`): its best model once it has finished, or its model after
+BOOT_EPOCHS epochs if that comes first.
 
 Tables 1 and 2 (timing): training and test time per example of the NPLM with the full softmax, with
 importance sampling and with the hierarchical output layer (balanced tree; also with row-sparse
@@ -22,12 +32,14 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary, train_row,
-                              valid_test, write_result)
+from nplm.replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+                              run_summary, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
@@ -39,20 +51,46 @@ TIMED = {  # row: (head, row-sparse updates of C)
     "softmax": ("softmax", False), "importance_sampling": ("importance_sampling", False),
     "hierarchical": ("hierarchical", False), "hierarchical, sparse C": ("hierarchical", True)}
 PUBLISHED_SPEEDUP = {"softmax": (1.0, 1.0), "importance_sampling": (68.7, 1.22), "hierarchical": (258.0, 193.0)}
+TREES = ("wordnet", "balanced", "random", "huffman", "brown", "learned")
+LOGISTIC = ["head.node_form=logistic"]
+# Mnih & Hinton (2009)'s learned trees, logistic nodes: (row suffix, tree options); "" is ADAPTIVE
+LEARNED = {"": [], "-balanced": ["tree.split=balanced"], "-eps0.25": ["tree.eps=0.25"], "-eps0.4": ["tree.eps=0.4"],
+           "-eps0.4-x2": ["tree.eps=0.4", "tree.runs=2"], "-eps0.4-x4": ["tree.eps=0.4", "tree.runs=4"]}
 NETWORKS = {  # row: (overrides, published test perplexity)
     "nplm": (["experiment=morin2005/nplm"], 195.3),
     "importance_sampling": (["experiment=morin2005/importance_sampling"], 192.6),
     **{f"hierarchical-{tree}": (["experiment=morin2005/hierarchical", f"tree={tree}"], 220.7 if tree == "wordnet" else None)
-       for tree in ("wordnet", "balanced", "huffman", "brown", "learned")},
+       for tree in TREES},
     # the same trees with word2vec's / Mnih & Hinton's node, sigmoid(b_n + q_n . f): one F-vector per node
-    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", "head.node_form=logistic"], None)
-       for tree in ("balanced", "huffman", "brown", "learned")},
+    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", *LOGISTIC], None)
+       for tree in TREES},
+    **{f"hierarchical-learned{suffix}-logistic": (["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC,
+                                                   *options], None) for suffix, options in LEARNED.items() if suffix},
+    # candidate fixes from probes.py: less dropout on the features the nodes read, a larger learning rate
+    # (each with the full softmax beside it, so that a fix of the recipe is not counted as one of the tree)
+    "hierarchical-brown-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=brown", *LOGISTIC,
+                                                 "model.dropout=0.25"], None),
+    "hierarchical-brown-logistic-lr3e-3": (["experiment=morin2005/hierarchical", "tree=brown", *LOGISTIC,
+                                            "optimizer.lr=0.003"], None),
+    "nplm-lr3e-3": (["experiment=morin2005/nplm", "optimizer.lr=0.003"], None),
+    "hierarchical-learned-eps0.4-x4-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=learned",
+                                                             *LOGISTIC, "tree.eps=0.4", "tree.runs=4",
+                                                             "model.dropout=0.25"], None),
+    "nplm-dropout0.25": (["experiment=morin2005/nplm", "model.dropout=0.25"], None),
     # depth-2 trees, not in the paper: frequency-bin classes, and the top 100 subtrees of the Brown tree
     "two-level-classes": (["experiment=morin2005/class_based"], None),
     "two-level-brown": (["experiment=morin2005/class_based", "head.classes=tree", "tree=brown"], None),
 }
 NGRAMS = {"interpolated-trigram": 268.7, "class500": 249.1}
-ROWS = ("timing", *NGRAMS, *NETWORKS)
+MAX_EPOCHS, PATIENCE = 100, 2  # --parallel: to convergence; MAX_EPOCHS is only a safety net
+CONVERGE = [f"trainer.max_epochs={MAX_EPOCHS}", f"callbacks.early_stopping_patience={PATIENCE}"]
+TEST_MARGIN_S = 90  # --budget-s: a row stops training this long before the budget ends (test pass, result)
+MIN_START_S = 240  # --budget-s: a row is not started with less than this left (at most a quarter of the budget)
+BOOT_EPOCHS = 5  # --parallel: a learned-tree row starts from its random-tree row after this many epochs of it
+SHAPES = {"balanced": {"name": "balanced"}, "huffman": {"name": "huffman"},
+          "wordnet (binarise=balanced)": {"name": "wordnet"},
+          "wordnet (binarise=kmeans)": {"name": "wordnet", "binarise": "kmeans"}}
+ROWS = ("timing", "tree-shapes", *NGRAMS, *NETWORKS)
 
 
 @functools.cache
@@ -113,6 +151,19 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
                                      "command": "python experiments/morin2005/run.py --rows timing"})
 
 
+def tree_shapes() -> None:
+    """Depth and code length of the fixed trees on the rows' vocabulary, without training (the WordNet
+    binarisations side by side)."""
+    from nplm.trees import TreeContext, build_tree
+
+    dm = morin_corpus()
+    ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, 1234, DATA_DIR)
+    shapes = {name: build_tree(dict(cfg), ctx).stats(dm.vocab.counts) for name, cfg in SHAPES.items()
+              if "wordnet" not in name or wordnet_installed()}
+    write_result(RESULTS, "tree-shapes", {"vocab_size": len(dm.vocab), "trees": shapes,
+                                          "command": "python experiments/morin2005/run.py --rows tree-shapes"})
+
+
 # -- Table 3: perplexity -----------------------------------------------------------------------------
 def count_ngram(key: str) -> None:
     from nplm.mixture import build_ngram, ngram_log_probs, perplexity
@@ -125,15 +176,134 @@ def count_ngram(key: str) -> None:
                                 **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}})
 
 
+def network_result(row: str, record: dict, overrides: list[str]) -> dict:
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)), "converged": converged(record)}
+    if record.get("tree"):
+        result["tree"] = record["tree"]
+    return result
+
+
+def converged(record: dict) -> bool:
+    """Early stopping ended the run: PATIENCE epochs after the best one without a better val/ppl (or
+    the MAX_EPOCHS safety net)."""
+    history = record.get("history") or []
+    if record.get("status") != "finished" or not history:
+        return False
+    best = min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+    return len(history) - 1 - best >= PATIENCE or len(history) >= MAX_EPOCHS
+
+
 def train_network(row: str, threads: int, rerun: bool) -> None:
     overrides = NETWORKS[row][0]
     record = train_row(row, overrides, OUT / row, threads, rerun)
     if record is not None:
-        result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides))}
-        if record.get("tree"):
-            result["tree"] = record["tree"]
+        result = network_result(row, record, overrides)
         write_result(RESULTS, row, result)
         print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
+
+
+def bootstrap_row(row: str) -> str | None:
+    """The random-tree row whose model a learned-tree row clusters (same node form), or None."""
+    if "-learned" not in row:
+        return None
+    return "hierarchical-random-logistic" if "-logistic" in row else "hierarchical-random"
+
+
+def bootstrap_checkpoint(dep: str) -> Path | None:
+    """The first model for the learned-tree rows of `dep` (a random-tree row): its best checkpoint once
+    it has finished, or before that a copy of its last checkpoint once it has trained BOOT_EPOCHS
+    epochs (OUT/<dep>-bootstrap.ckpt, kept for the rows that start later); None while neither."""
+    import torch
+
+    record = read_record(OUT / dep)
+    if record and record.get("status") == "finished":
+        return Path(record["best_checkpoint"])
+    snapshot = OUT / f"{dep}-bootstrap.ckpt"
+    if snapshot.exists():
+        return snapshot
+    history = OUT / dep / "metrics.csv"
+    if not history.exists() or len(history.read_text().splitlines()) - 1 < BOOT_EPOCHS:
+        return None
+    partial = snapshot.with_suffix(".tmp")
+    try:  # last.ckpt may be half-written right now: copy, check it loads, else try again later
+        partial.write_bytes((OUT / dep / "checkpoints" / "last.ckpt").read_bytes())
+        torch.load(partial, map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    partial.replace(snapshot)
+    return snapshot
+
+
+def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float | None,
+                   extra: list[str] | None = None) -> None:
+    """Train `rows` (network rows) `parallel` at a time, one process each (threads=1), to convergence;
+    see the module docstring. Results are written as each row ends; a row that fails is reported and
+    the others go on."""
+    start = time.time()
+    deadline = start + budget_s if budget_s else None
+    pending, running = list(rows), {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    while pending or running:
+        for row, (proc, log, overrides) in list(running.items()):
+            if proc.poll() is None:
+                if deadline is not None and time.time() > deadline and not getattr(proc, "stopped", False):
+                    proc.terminate()  # its test pass overran the budget: stop it, keep its checkpoints
+                    proc.stopped = True
+                    print(f"[{time.time() - start:6.0f} s] {row}: still running at the end of the budget, stopped",
+                          flush=True)
+                continue
+            log.close()
+            del running[row]
+            record = read_record(OUT / row)
+            if proc.returncode == 0 and record and record.get("status") == "finished":
+                result = network_result(row, record, overrides)
+                write_result(RESULTS, row, result)
+                print(f"[{time.time() - start:6.0f} s] {row}: valid {result['valid']:.1f} test {result['test']:.1f}, "
+                      f"{result['epochs']} epochs (best {result['best_epoch']}), "
+                      f"{'converged' if result['converged'] else 'NOT converged'}", flush=True)
+            else:
+                print(f"[{time.time() - start:6.0f} s] {row}: exit {proc.returncode}; see {OUT / row}.log", flush=True)
+        for row in list(pending):
+            if len(running) >= parallel:
+                break
+            record = read_record(OUT / row)
+            if record and converged(record):
+                pending.remove(row)
+                write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0]))
+                print(f"{row}: converged earlier, result rewritten from {OUT / row}", flush=True)
+                continue
+            bootstrap = []
+            if (dep := bootstrap_row(row)) is not None:
+                first = bootstrap_checkpoint(dep)
+                if first is None and (dep in pending or dep in running):
+                    continue  # waits for its first model
+                if first is None:
+                    pending.remove(row)
+                    print(f"{row}: skipped, its first model ({dep}) did not train {BOOT_EPOCHS} epochs", flush=True)
+                    continue
+                bootstrap.append(f"tree.bootstrap_checkpoint={first}")
+            if deadline is not None and deadline - time.time() < min(MIN_START_S, budget_s / 4):
+                pending.remove(row)
+                print(f"{row}: not started, less than {min(MIN_START_S, budget_s / 4):.0f} s of the budget left",
+                      flush=True)
+                continue
+            pending.remove(row)
+            run_dir = OUT / row
+            overrides = NETWORKS[row][0]
+            command = [*overrides, *CONVERGE, *(extra or []), *bootstrap, "threads=1", "logger=none",
+                       f"hydra.run.dir={run_dir}"]
+            if device == "gpu":
+                command.append("trainer=gpu")
+            if deadline is not None:
+                command.append(f"stop_at={deadline - min(TEST_MARGIN_S, budget_s / 10):.0f}")
+            if (run_dir / "checkpoints" / "last.ckpt").exists():
+                command.append(f"resume={run_dir}")
+            run_dir.mkdir(parents=True, exist_ok=True)
+            log = open(f"{run_dir}.log", "a")
+            print(f"[{time.time() - start:6.0f} s] {row}: nplm-train {' '.join(command)}", flush=True)
+            running[row] = (subprocess.Popen([sys.executable, "-m", "nplm.train", *command], cwd=ROOT, stdout=log,
+                                             stderr=subprocess.STDOUT, env=env), log, overrides)
+        time.sleep(1)
 
 
 # -- the README --------------------------------------------------------------------------------------
@@ -153,23 +323,49 @@ def tables() -> str:
             pub_train, pub_test = PUBLISHED_SPEEDUP.get(name, ("", ""))
             lines.append(f"| {name} | {1000 / train_rate:.4f} | {train_rate / rates['softmax'][0]:.1f} | {pub_train} | "
                          f"{1000 / test_rate:.4f} | {test_rate / rates['softmax'][1]:.2f} | {pub_test} |")
-    lines += ["", "Table 3, perplexity:", "",
-              "| model | published test | ours valid / test | epochs | train s/epoch | tree |",
-              "|---|---:|---:|---:|---:|---|"]
+    lines += ["", "Table 3, perplexity (epochs: trained / best; * = stopped by the epoch cap or the time budget, "
+                  "not by early stopping):", "",
+              "| model | published test | ours valid / test | vs softmax | epochs | train s/epoch |",
+              "|---|---:|---:|---:|---:|---:|"]
+    softmax = load_result(RESULTS, "nplm")
     for key, published in [*NGRAMS.items(), *((k, v[1]) for k, v in NETWORKS.items())]:
         got = load_result(RESULTS, key)
-        tree = (got or {}).get("tree")
-        tree_cell = (f"depth {tree['mean_depth']:.1f}, code {tree['expected_code_length_bits']:.2f} bits "
-                     f"(entropy {tree['unigram_entropy_bits']:.2f})" if tree else "")
+        if got is None and key not in NGRAMS and key != "nplm":
+            continue
+        vs = f"{100 * (got['test'] / softmax['test'] - 1):+.1f}%" if got and softmax else ""
+        epochs = ""
+        if got and got.get("epochs"):
+            epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if got.get('converged') else '*'}"
         lines.append(f"| {key} | {published or ''} | {valid_test(got['valid'], got['test'], 1) if got else ''} | "
-                     f"{got.get('epochs', '') if got else ''} | {got.get('train_s_per_epoch', '') if got else ''} | {tree_cell} |")
-    softmax = load_result(RESULTS, "nplm")
-    trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k))}
-    if softmax and trees:
-        best = min(trees, key=lambda k: trees[k]["test"])
-        lines += ["", f"Best tree: {best}, test {trees[best]['test']:.1f}, "
-                      f"{100 * (trees[best]['test'] / softmax['test'] - 1):+.1f}% vs the full softmax "
-                      f"{softmax['test']:.1f} (the paper's WordNet tree: +13%)."]
+                     f"{vs} | {epochs} | {got.get('train_s_per_epoch', '') if got else ''} |")
+    tree_rows = [(k, r["tree"]) for k in NETWORKS if (r := load_result(RESULTS, k)) and r.get("tree")]
+    if tree_rows:
+        lines += ["", "Trees (depth: mean / max path length; code: expected path length under the unigram, "
+                      "bits; a multi-code word's depth is the mean over its codes):", "",
+                  "| row | tree | mean depth | max depth | code bits | entropy bits | codes per word |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for key, tree in tree_rows:
+            lines.append(f"| {key} | {tree['kind']} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
+                         f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} | "
+                         f"{tree.get('codes_per_word', 1.0):.2f} |")
+    shapes = load_result(RESULTS, "tree-shapes")
+    if shapes:
+        lines += ["", f"Tree shapes before training (`--rows tree-shapes`, |V| = {shapes['vocab_size']:,}):", "",
+                  "| tree | mean depth | max depth | code bits | entropy bits |", "|---|---:|---:|---:|---:|"]
+        for name, tree in shapes["trees"].items():
+            lines.append(f"| {name} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
+                         f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} |")
+    probes = load_result(RESULTS, "probes")
+    if probes:
+        lines += ["", "Probes (`probes.py`, 1 thread; validation perplexity after each epoch, a quarter of the "
+                      "training set per epoch unless the name says @N full epochs; balanced tree, Morin-Bengio "
+                      "nodes, dropout 0.5, Adam 1e-3 unless the overrides say otherwise):", "",
+                  "| probe | overrides | valid per epoch | codes per word | wall s |", "|---|---|---|---:|---:|"]
+        for name, probe in probes.items():
+            changed = [o for o in probe["overrides"] if not o.startswith(("logger=", "trainer.", "callbacks."))]
+            lines.append(f"| {name} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} | "
+                         f"{probe.get('codes_per_word', '')} | {probe['s']} |")
+    lines += targets(softmax)
     for key, classes in (("two-level-classes", "frequency bins"), ("two-level-brown", "Brown-tree classes")):
         if softmax and (two := load_result(RESULTS, key)):
             lines += ["", f"Two-level tree (class-based output layer, {classes}): test {two['test']:.1f}, "
@@ -177,7 +373,62 @@ def tables() -> str:
     return "\n".join(lines) + "\n"
 
 
+def reference(row: str) -> str:
+    """The full-softmax row with the same recipe as `row` (rows named -dropout0.25 / -lr3e-3 change it)."""
+    for fix in ("-dropout0.25", "-lr3e-3"):
+        if row.endswith(fix):
+            return "nplm" + fix
+    return "nplm"
+
+
+def targets(softmax: dict | None) -> list[str]:
+    """Issue 17's targets, each from the result files: the best single-code tree within 5% of the full
+    softmax, a learned tree better than the balanced, random and Huffman ones, a multi-code tree at or
+    below the softmax, hierarchical training >= 10x faster per example."""
+    trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k))}
+    if not softmax or not trees:
+        return []
+
+    def vs(row: str) -> str:
+        ref = load_result(RESULTS, reference(row)) or softmax
+        change = 100 * (trees[row]["test"] / ref["test"] - 1)
+        return f"{row} {trees[row]['test']:.1f}, {change:+.1f}% vs {reference(row)} {ref['test']:.1f}"
+
+    def codes(row: str) -> float:
+        return trees[row].get("tree", {}).get("codes_per_word", 1.0)
+
+    out = ["", "Targets (test perplexity against the full softmax with the same recipe):", ""]
+    single = [k for k in trees if codes(k) == 1.0]
+    if single:
+        out.append(f"- best single-code tree (target: within +5%): {vs(min(single, key=lambda k: trees[k]['test']))}")
+    fixed = {k: trees[k]["test"] for k in single if any(t in k for t in ("-balanced", "-random", "-huffman"))
+             and "-learned" not in k}
+    learned = {k: trees[k]["test"] for k in single if "-learned" in k}
+    if fixed and learned:
+        best_learned, best_fixed = min(learned, key=learned.get), min(fixed, key=fixed.get)
+        out.append(f"- best single-code learned tree {best_learned} {learned[best_learned]:.1f} against the best "
+                   f"balanced/random/Huffman tree {best_fixed} {fixed[best_fixed]:.1f} (target: lower)")
+    multi = [k for k in trees if codes(k) > 1.0]
+    if multi:
+        best = min(multi, key=lambda k: trees[k]["test"])
+        out.append(f"- best multi-code tree ({codes(best):.2f} codes per word; target: at or below): {vs(best)}")
+    timing = load_result(RESULTS, "timing")
+    if timing:
+        rates = timing["examples_per_s"]
+        out.append(f"- hierarchical training {rates['hierarchical'][0] / rates['softmax'][0]:.1f}x faster per "
+                   "example than the softmax (Table 1; target: at least 10x)")
+    return out
+
+
+def priority(row: str) -> int:
+    """Launch order: the first models of the learned trees, then the slowest rows, then the rest."""
+    if row in ("hierarchical-random", "hierarchical-random-logistic"):
+        return 0
+    return 1 if row.startswith(("nplm", "importance", "two-level")) else 2
+
+
 def main() -> None:
+    global RESULTS, OUT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
@@ -185,23 +436,40 @@ def main() -> None:
     parser.add_argument("--rerun", action="store_true",
                         help="redo the chosen rows though they have results (networks go on from their last "
                              "checkpoint; delete outputs/morin2005/<row> to train one from scratch)")
+    parser.add_argument("--parallel", type=int, default=0,
+                        help="train the network rows N at a time, each to convergence (module docstring)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="with --parallel: trainer=gpu or not")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="with --parallel: stop every row by this many seconds after the start")
+    parser.add_argument("--extra", default="", help="with --parallel: overrides added to every row (a smoke test: "
+                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
+    parser.add_argument("--results", default=str(RESULTS), help="with --parallel: where result files go")
+    parser.add_argument("--runs", default=str(OUT), help="with --parallel: where the rows' run folders go")
     args = parser.parse_args()
     chosen = args.rows.split(",") if args.rows else list(ROWS)
     if unknown := sorted(set(chosen) - set(ROWS)):
         raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
-    if not args.report_only:
+    if args.parallel and not args.report_only:  # (the README is still written from results/ below)
+        RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
+        rows = [r for r in chosen if r in NETWORKS and ("wordnet" not in r or wordnet_installed())]
+        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split())
+    elif not args.report_only:
         for row in chosen:
             if not args.rerun and load_result(RESULTS, row):
                 print(f"{row}: done, skipping")
             elif row == "timing":
                 measure_timing(args.threads)
+            elif row == "tree-shapes":
+                tree_shapes()
             elif row in NGRAMS:
                 count_ngram(row)
             elif row == "hierarchical-wordnet" and not wordnet_installed():
                 print("hierarchical-wordnet: skipped, NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
             else:
                 train_network(row, args.threads, args.rerun)
-    (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
+    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
+        head, notes = (HERE / "INTRO.md").read_text().split("<!-- tables -->\n")
+        (HERE / "README.md").write_text(head + "\n" + tables() + "\n" + notes)
     print(tables())
 
 

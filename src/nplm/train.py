@@ -29,7 +29,8 @@ from nplm.heads import head_class
 from nplm.lit import LanguageModel, use_tf32
 from nplm.progress import Progress
 from nplm.quiet import quiet
-from nplm.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
+from nplm.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
+                       resolve_resume)
 from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
 from nplm.trees import Tree, TreeContext, build_tree
 
@@ -56,6 +57,19 @@ def _container(node) -> dict:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
 
 
+class StopAt(pl.Callback):
+    """Stops training after the batch during which the wall clock passes `deadline` (Unix time). Not
+    Lightning's max_time, whose elapsed time is restored with a checkpoint: a resumed run would stop
+    at once. Holds no state, so a run stopped here goes on from its last checkpoint like any other."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        if time.time() >= self.deadline:
+            trainer.should_stop = True
+
+
 def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory) -> pl.Trainer:
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
@@ -73,6 +87,10 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
     trainer_cfg = _container(cfg.trainer)
+    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
+        if float(cfg.stop_at) <= time.time():
+            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
+        callbacks.append(StopAt(float(cfg.stop_at)))
     if trainer_cfg.get("enable_progress_bar") is not False:
         # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
         callbacks.append(Progress(cfg.get("progress", {}).get("interval", 30)))
@@ -106,19 +124,58 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
     return tree
 
 
-def bootstrap_embeddings(cfg: DictConfig, out_dir: Path) -> torch.Tensor:
-    """Mnih & Hinton (2009): train with a simple tree first; its word vectors C [V, m] then shape the
-    learned tree. Runs `tree.bootstrap` for `tree.bootstrap_epochs` epochs in <run>/bootstrap."""
-    sub = OmegaConf.to_container(cfg, resolve=True)
-    sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
-    sub["trainer"]["max_epochs"] = int(cfg.tree.get("bootstrap_epochs", 1))
-    sub["paths"]["output_dir"] = str(out_dir)
-    sub["logger"] = {"csv": False, "wandb": None}
-    log.info("tree=learned, phase 1: %d epochs with tree=%s in %s", sub["trainer"]["max_epochs"],
-             sub["tree"]["name"], out_dir)
-    metrics = _train(OmegaConf.create(sub), out_dir)
-    best = torch.load(metrics["best_checkpoint"], map_location="cpu", weights_only=True)
-    return best["state_dict"]["model.C.weight"]
+def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
+    """`tree=learned` (Mnih & Hinton 2009), phases 1-2 in `out_dir` (<run>/bootstrap), each resumable:
+
+    1. train a first model with `tree.bootstrap` (default random) for `tree.bootstrap_epochs` epochs
+       (null: as the run itself, trainer.max_epochs with its early stopping); a killed phase goes on
+       from bootstrap/checkpoints/last.ckpt, a finished one (bootstrap/metrics.json) is not redone;
+       `tree.bootstrap_checkpoint` (a .ckpt of a model trained on a random tree, e.g. another run's
+       best) skips this phase, so several learned trees can share one first model;
+    2. average its predicted representations per word (`trees.learned.predicted_word_vectors`) ->
+       bootstrap/word_vectors.pt, and cluster them into the tree -> bootstrap/learned_tree.json.
+
+    Each artifact is written whole (a temporary file renamed), so a kill leaves it complete or absent."""
+    from nplm.checkpoint import load_model
+    from nplm.trees.learned import predicted_word_vectors
+
+    tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
+    given = cfg.tree.get("bootstrap_checkpoint")  # phase 1 done elsewhere: a finished run on a random tree
+    if tree_path.exists():
+        tree = Tree.load(tree_path)
+        tree.check_vocabulary(dm.vocab.tokens)
+        log.info("tree=learned: phases 1-2 done, tree read from %s", tree_path)
+        return tree
+    if not vectors_path.exists():
+        record = read_record(out_dir)
+        if given:
+            best = given
+        elif record and record.get("status") == "finished":
+            best = record["best_checkpoint"]
+        else:
+            sub = OmegaConf.to_container(cfg, resolve=True)
+            sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
+            if cfg.tree.get("bootstrap_epochs") is not None:
+                sub["trainer"]["max_epochs"] = int(cfg.tree.bootstrap_epochs)
+            sub["paths"]["output_dir"] = str(out_dir)
+            sub["logger"] = {"csv": False, "wandb": None}
+            ckpt = out_dir / "checkpoints" / "last.ckpt"
+            log.info("tree=learned, phase 1: up to %d epochs with tree=%s in %s%s", sub["trainer"]["max_epochs"],
+                     sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
+            best = _train(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
+        first = load_model(best)
+        if first.vocab.tokens != dm.vocab.tokens:
+            raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
+                            f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
+        vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(vectors, vectors_path.with_suffix(".tmp"))
+        vectors_path.with_suffix(".tmp").replace(vectors_path)
+    vectors = torch.load(vectors_path, map_location="cpu", weights_only=True)
+    tree = tree_for_head(cfg, dm, vectors)
+    tree.save(tree_path.with_suffix(".tmp"))
+    tree_path.with_suffix(".tmp").replace(tree_path)
+    return tree
 
 
 def train(cfg: DictConfig) -> dict:
@@ -192,10 +249,10 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
     dm.require_batches(cfg.trainer)
-    embeddings = None
     if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
-        embeddings = bootstrap_embeddings(cfg, out_dir / "bootstrap")
-    tree = tree_for_head(cfg, dm, embeddings)
+        tree = learned_tree(cfg, dm, out_dir / "bootstrap")
+    else:
+        tree = tree_for_head(cfg, dm)
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
                            dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)},
                            tree=tree.to_dict() if tree is not None else None)

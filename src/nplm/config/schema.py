@@ -96,8 +96,7 @@ TREE = Group(nullable=True, options={
     "wordnet": {"unplaced": Choice(options=("nearest", "subtree")), **NLTK, "download": Bool(), "dim": Int(1),
                 "contexts": Int(1), "iterations": Int(1), "seed": TREE_SEED,
                 "binarise": Choice(options=("balanced", "kmeans"), default="balanced")},
-    # balanced/normalize: today's 2-means builder; split/eps/runs/bootstrap_checkpoint: branch i17's (NEW_KEYS.md)
-    "learned": {"balanced": Bool(), "normalize": Bool(), "iterations": Int(1), "seed": TREE_SEED,
+    "learned": {"iterations": Int(1), "seed": TREE_SEED,
                 "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet")),
                 "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run"),
                 "split": Choice(options=("adaptive", "balanced"), default="adaptive"),
@@ -172,7 +171,7 @@ TOP_DOC = {
     "verbose": "show third-party info and warnings that are silenced by default",
     "compile": "torch.compile the training step",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
-    "stop_at": "Unix time: train until then (Lightning's max_time), then test the best checkpoint",
+    "stop_at": "Unix time: train until then, then test the best checkpoint",
 }
 
 

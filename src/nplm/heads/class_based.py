@@ -64,6 +64,9 @@ def tree_cut(tree: Tree, counts: Sequence[int], num_classes: int) -> tuple[torch
     """(order [V]: word ids in the tree's left-to-right leaf order; class_of_rank [V]: each position's
     class). The `num_classes` classes are the subtrees left after repeatedly splitting the heaviest one
     (training count mass, ties by the smaller node number) into its two children, from the root."""
+    if tree.leaf_words is not None:
+        raise UserError(f"head.classes=tree needs a tree with one code per word; this {tree.kind or 'loaded'} tree "
+                        f"has {tree.codes_per_word:.2f} (use tree.eps=0 tree.runs=1)")
     c = [float(x) for x in counts]
     mass: list[float] = [0.0] * len(tree.children)  # [I] training mass under each internal node
     for node in reversed(range(len(tree.children))):  # children are numbered after their parent

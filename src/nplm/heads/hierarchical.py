@@ -16,6 +16,11 @@ Node forms (`node_form`), over the NPLM features f:
 The full distribution [B, V] is computed level by level from the root,
 log P(child) = log P(parent) + log sigmoid(+-s(parent)), which costs O(B x nodes) after the node
 scores, instead of gathering every word's path (O(B x V x depth)).
+
+Several codes per word (a multi-code tree, `Tree.leaf_words`; Mnih & Hinton 2009, section 4): the
+probability of a word is the sum over its leaves, P(w | ctx) = sum_k P(leaf_k(w) | ctx), taken as a
+log-sum-exp of the path log-probabilities in `nll` and in `log_probs` alike; the leaves' probabilities
+sum to 1 and each leaf has one word, so the distribution over words stays normalised.
 """
 
 from __future__ import annotations
@@ -47,9 +52,19 @@ class HierarchicalHead(Head):
         self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
         I = len(tree.children)
         nodes, codes, lengths = tree.paths()
-        self.register_buffer("path_nodes", nodes, persistent=False)  # [V, D]
-        self.register_buffer("path_signs", codes.float() * 2 - 1, persistent=False)  # [V, D], +1 = right
+        self.register_buffer("path_nodes", nodes, persistent=False)  # [L, D], per leaf (= per word in a plain tree)
+        self.register_buffer("path_signs", codes.float() * 2 - 1, persistent=False)  # [L, D], +1 = right
         self.register_buffer("path_mask", torch.arange(nodes.shape[1]) < lengths[:, None], persistent=False)
+        self.multi_code = tree.leaf_words is not None
+        if self.multi_code:  # each word's leaves [V, K], padded with leaf 0 and masked out
+            self._ranks = tree.code_ranks()
+            K = len(self._ranks)
+            leaves = torch.zeros(tree.vocab_size, K, dtype=torch.long)
+            mask = torch.zeros(tree.vocab_size, K, dtype=torch.bool)
+            for r, (rank_leaves, rank_words) in enumerate(self._ranks):
+                leaves[rank_words, r], mask[rank_words, r] = rank_leaves, True
+            self.register_buffer("word_leaves", leaves, persistent=False)  # [V, K]
+            self.register_buffer("word_leaf_mask", mask, persistent=False)  # [V, K]
         self._levels = _level_plan(tree)
         if node_form == "logistic":
             self.q = nn.Parameter(torch.randn(I, feature_dim) * feature_dim ** -0.5)  # [I, F]
@@ -68,6 +83,13 @@ class HierarchicalHead(Head):
         return cls(feature_dim, tree, **options)
 
     # -- node scores ------------------------------------------------------------------------
+    def predicted_representation(self, features: torch.Tensor) -> torch.Tensor:
+        """The context's side of the node score, the vector the tree's nodes score: Mnih & Hinton's
+        (2009) "predicted representation" r^, scored by node n as q_n . r^. Features [B, F] ->
+        logistic: f itself [B, F] (s = b_n + q_n . f); morin_bengio: c + W f [B, node_hidden], the
+        per-example part of the node's hidden pre-activation c + W f + U N_n (the node adds U N_n)."""
+        return features if self.node_form == "logistic" else self.W(features)
+
     def _path_scores(self, features: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """s(n, f) for each example's own nodes: features [B, F], nodes [B, D] -> [B, D]."""
         if self.node_form == "logistic":
@@ -108,9 +130,22 @@ class HierarchicalHead(Head):
 
     # -- the head interface --------------------------------------------------------------------
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.multi_code:
+            return -self._multi_code_log_prob(features, target)
         nodes, signs, mask = self.path_nodes[target], self.path_signs[target], self.path_mask[target]  # [B, D]
         log_p_turns = F.logsigmoid(signs * wide(self._path_scores(features, nodes)))  # [B, D], float32 under autocast
         return -(log_p_turns * mask).sum(dim=1)  # [B]
+
+    def _multi_code_log_prob(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """log P(w | ctx) = logsumexp over the K codes of w of the code's path log-probability: [B]."""
+        leaves = self.word_leaves[target]  # [B, K]
+        B, K = leaves.shape
+        D = self.path_nodes.shape[1]
+        nodes = self.path_nodes[leaves].view(B, K * D)  # [B, K D]
+        scores = self._path_scores(features, nodes).view(B, K, D)
+        log_p_turns = F.logsigmoid(self.path_signs[leaves] * scores) * self.path_mask[leaves]  # [B, K, D]
+        log_p_codes = log_p_turns.sum(dim=2).masked_fill(~self.word_leaf_mask[target], float("-inf"))  # [B, K]
+        return torch.logsumexp(log_p_codes, dim=1)  # [B]
 
     @torch.no_grad()
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
@@ -122,7 +157,7 @@ class HierarchicalHead(Head):
         self._all_scores(features, out=scores)  # [I, B]
         log_right = F.logsigmoid(scores)  # [I, B]
         log_left = scores.sub_(log_right).neg_()  # log sigmoid(-s) = log sigmoid(s) - s, in place
-        out = scores.new_empty(self.tree.vocab_size, B)  # [V, B]
+        out = scores.new_empty(self.tree.num_leaves, B)  # [L, B] per leaf (= per word in a plain tree)
         reach = scores.new_zeros(1, B)  # log P(reach node) for the current level, root first
         for depth, ((start, stop), internal, leaves, words) in enumerate(self._levels_on(scores.device)):
             n = stop - start
@@ -135,7 +170,24 @@ class HierarchicalHead(Head):
                 reach = kids.index_select(0, internal)  # the next level's nodes, in their numbering order
             else:
                 reach = kids
+        if self.multi_code:
+            out = self._sum_codes(out)
         return out.T  # [B, V]
+
+    def _sum_codes(self, leaf_lp: torch.Tensor) -> torch.Tensor:
+        """Leaf log-probabilities [L, B] -> word log-probabilities [V, B]: log-sum-exp over each word's
+        codes, one rank of codes at a time (rank 0: every word's first leaf, in word order)."""
+        ranks = self._ranks_on(leaf_lp.device)
+        words_lp = leaf_lp.index_select(0, ranks[0][0])  # [V, B]
+        for leaves, words in ranks[1:]:
+            both = torch.logaddexp(words_lp.index_select(0, words), leaf_lp.index_select(0, leaves))  # [n_r, B]
+            words_lp.index_copy_(0, words, both)
+        return words_lp
+
+    def _ranks_on(self, device: torch.device) -> list[tuple]:
+        if self._ranks[0][0].device != device:
+            self._ranks = [(leaves.to(device), words.to(device)) for leaves, words in self._ranks]
+        return self._ranks
 
     def _scratch(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Working memory of the full-distribution pass, kept between calls of the same batch size:
@@ -159,7 +211,8 @@ class HierarchicalHead(Head):
 def _level_plan(tree: Tree) -> list[tuple]:
     """Per depth: the span [start, stop) of its nodes (breadth-first numbering makes each level a
     contiguous range, and its internal children the next level in order), and which of the level's
-    2n (parent, turn) children are internal nodes, which are leaves, and those leaves' words."""
+    2n (parent, turn) children are internal nodes, which are leaves, and those leaves' numbers (the
+    words, in a plain tree)."""
     children = tree.children_tensor()  # [I, 2]
     plan = []
     for level in tree.levels():

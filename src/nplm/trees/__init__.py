@@ -39,7 +39,7 @@ class TreeContext:
 
 
 # Options of the training procedure around a builder (the learned tree's first phase), not of the builder.
-PHASE_OPTIONS = ("bootstrap", "bootstrap_epochs")
+PHASE_OPTIONS = ("bootstrap", "bootstrap_epochs", "bootstrap_checkpoint")
 
 
 def build_tree(cfg: dict, ctx: TreeContext) -> Tree:

@@ -7,8 +7,9 @@ equal-variance limit of their spherical Gaussian mixture): start from the sign o
 on the top principal direction (power iteration from a seeded start vector, so runs repeat), then
 Lloyd iterations. A split that leaves one side empty (e.g. identical vectors) falls back to halves
 along that direction, so every split is non-empty. `balanced=True` is their BALANCED variant:
-rank by the 2-means score and cut at the median. (Their ADAPTIVE(eps) variant puts a word in both
-subtrees; a `Tree` has each word exactly once, so it is not offered.)
+rank by the 2-means score and cut at the median (with weights, the weighted median: `tree=wordnet`
+cuts a node's children so that each side holds about half the words). Mnih & Hinton's own
+Gaussian-mixture splits, with several codes per word, are `mixture_tree`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from nplm.trees.tree import Tree
 POWER_ITERATIONS = 12
 
 
-def two_means(X: np.ndarray, start: np.ndarray, iterations: int = 20, balanced: bool = False) -> np.ndarray:
-    """Split the rows of X [n, m] (n >= 2) in two; returns right [n] bool with both sides non-empty."""
+def two_means(X: np.ndarray, start: np.ndarray, iterations: int = 20, balanced: bool = False,
+              weights: np.ndarray | None = None) -> np.ndarray:
+    """Split the rows of X [n, m] (n >= 2) in two; returns right [n] bool with both sides non-empty.
+    `balanced` with `weights` [n]: the cut along the 2-means score is at the weighted median (each side
+    gets about half the total weight, e.g. half the words under a node's children)."""
     n = len(X)
     if n == 2:
         return np.array([False, True])
@@ -49,20 +53,30 @@ def two_means(X: np.ndarray, start: np.ndarray, iterations: int = 20, balanced: 
     if balanced or right.all() or not right.any():
         order = np.argsort(-score, kind="stable")  # [n] most "right" first
         right = np.zeros(n, dtype=bool)
-        right[order[: n // 2]] = True
+        if weights is None:
+            right[order[: n // 2]] = True
+        else:  # the shortest prefix holding half the weight, leaving at least one row on the left
+            cum = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+            cut = min(max(1, int(np.searchsorted(cum, cum[-1] / 2)) + 1), n - 1)
+            if cut > 1 and abs(cum[cut - 2] - cum[-1] / 2) <= abs(cum[cut - 1] - cum[-1] / 2):
+                cut -= 1  # the prefix one shorter is as close to half
+            right[order[:cut]] = True
     return right
 
 
 class TwoMeansSplit:
     """`split(items) -> (left, right)` for `assemble.from_splits`: 2-means on `vectors[items]`."""
 
-    def __init__(self, vectors: np.ndarray, seed: int = 0, iterations: int = 20, balanced: bool = False):
+    def __init__(self, vectors: np.ndarray, seed: int = 0, iterations: int = 20, balanced: bool = False,
+                 weights: np.ndarray | None = None):
         self.vectors = np.asarray(vectors, dtype=np.float64)  # [N, m]
         self.start = np.random.default_rng(seed).standard_normal(self.vectors.shape[1])  # [m]
         self.iterations, self.balanced = iterations, balanced
+        self.weights = None if weights is None else np.asarray(weights, dtype=np.float64)  # [N]
 
     def __call__(self, items: list[int]) -> tuple[list[int], list[int]]:
-        right = two_means(self.vectors[items], self.start, self.iterations, self.balanced)
+        weights = None if self.weights is None else self.weights[items]
+        right = two_means(self.vectors[items], self.start, self.iterations, self.balanced, weights)
         return ([i for i, r in zip(items, right) if not r], [i for i, r in zip(items, right) if r])
 
 

@@ -1,33 +1,69 @@
-"""`tree=learned`: recursive 2-means of learned word representations (Mnih & Hinton 2009).
+"""`tree=learned`: a tree of recursive Gaussian mixtures on predicted representations (Mnih & Hinton 2009).
 
-Mnih & Hinton, "A Scalable Hierarchical Distributed Language Model" (NIPS 2009): train a model
-with a random tree first, then build the tree by recursively splitting the words in two according
-to their learned feature vectors, and train again with it. This module does the middle step: the
-vectors come in as `ctx.embeddings` [V, m] from the first training phase (see `clustering` for the
-split rule).
+Mnih & Hinton, "A Scalable Hierarchical Distributed Language Model" (NIPS 2009), section 4: train a
+model on a random tree first; represent each word by the model's *predicted* representation averaged
+over the training contexts that precede the word; build the tree by recursive two-component Gaussian
+mixtures of those vectors (`mixture_tree`); train a second model from scratch on it. The first and
+last steps are `nplm.train`'s (phases `tree.bootstrap`, then the run itself); the middle one is
+`predicted_word_vectors` (here) and `build` (the tree). The vectors arrive as `ctx.embeddings` [V, d].
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from nplm.errors import UserError
-from nplm.trees.clustering import cluster_tree
+from nplm.trees.mixture_tree import SPLITS, mixture_tree
 from nplm.trees.tree import Tree
 
 
-def build(ctx, balanced: bool = False, normalize: bool = False, iterations: int = 20, seed: int | None = None) -> Tree:
-    """`balanced`: cut each split at the median (their BALANCED tree) instead of plain 2-means;
-    `normalize`: scale vectors to unit length first (cluster by direction, not frequency-driven norm);
-    `iterations`: Lloyd iterations per split; `seed`: the power iteration's start (null: ctx.seed)."""
+@torch.no_grad()
+def predicted_word_vectors(module, windows: torch.Tensor, vocab_size: int, batch_size: int = 4096) -> torch.Tensor:
+    """[V, d]: for each word w, the mean over the training windows whose target is w of the first
+    model's predicted representation `head.predicted_representation(model(context))` (the vector the
+    tree's nodes score: f for logistic nodes, c + W f for Morin-Bengio nodes; see that method), in
+    eval mode (no dropout). Words that are never a target get the mean over all windows.
+    `module`: a trained `nplm.lit.LanguageModel`; `windows`: [N, n] (context..., target) ids."""
+    was_training = module.training
+    module.eval()
+    device = next(module.parameters()).device
+    sums, counts = None, torch.zeros(vocab_size, dtype=torch.float64, device=device)
+    for batch in windows.split(batch_size):
+        batch = batch.to(device)
+        rep = module.head.predicted_representation(module.model(batch[:, :-1])).double()  # [B, d]
+        if sums is None:
+            sums = torch.zeros(vocab_size, rep.shape[1], dtype=torch.float64, device=device)
+        sums.index_add_(0, batch[:, -1], rep)
+        counts.index_add_(0, batch[:, -1], torch.ones_like(batch[:, -1], dtype=torch.float64))
+    module.train(was_training)
+    mean = sums.sum(0) / counts.sum()
+    seen = counts > 0
+    out = mean.expand_as(sums).clone()
+    out[seen] = sums[seen] / counts[seen, None]
+    return out.float().cpu()
+
+
+def build(ctx, split: str = "adaptive", eps: float = 0.0, runs: int = 1, iterations: int = 30,
+          seed: int | None = None) -> Tree:
+    """`split`: balanced | adaptive (Mnih & Hinton's BALANCED, ADAPTIVE); `eps` >= 0 with adaptive:
+    their ADAPTIVE(eps), words within eps of responsibility 0.5 get a code in both subtrees; `runs`:
+    independent mixture recursions joined under one root (their x2, x4); `iterations`: EM steps per
+    split; `seed`: run r's EM starts from seed + r (null: the run's seed)."""
+    if split not in SPLITS:
+        raise UserError(f"tree.split={split!r} is not one of: {', '.join(SPLITS)}")
+    if not 0 <= eps < 0.5:
+        raise UserError(f"tree.eps={eps} must be in [0, 0.5) (0: one code per word)")
+    if eps > 0 and split != "adaptive":
+        raise UserError(f"tree.eps={eps} needs tree.split=adaptive (BALANCED splits give one code per word)")
+    if int(runs) != runs or runs < 1:
+        raise UserError(f"tree.runs={runs} must be a whole number >= 1 (Mnih & Hinton used 1, 2 and 4)")
     if ctx.embeddings is None:
         raise UserError("tree=learned needs word vectors from a first training phase (ctx.embeddings is None); "
-                        "train once with tree=random and build the learned tree from that model's embeddings")
+                        "nplm-train runs that phase itself (tree.bootstrap)")
     V = len(ctx.vocab.tokens)
-    vectors = ctx.embeddings.detach().double().cpu().numpy()  # [V, m]
+    vectors = ctx.embeddings.detach().double().cpu().numpy()  # [V, d]
     if vectors.ndim != 2 or len(vectors) != V:
-        raise UserError(f"tree=learned got word vectors of shape {tuple(vectors.shape)}; it needs [{V}, m], "
+        raise UserError(f"tree=learned got word vectors of shape {tuple(vectors.shape)}; it needs [{V}, d], "
                         "one row per vocabulary word, from a model trained on this corpus")
-    if normalize:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    return cluster_tree(vectors, ctx.seed if seed is None else seed, iterations, balanced)
+    return mixture_tree(np.asarray(vectors), ctx.seed if seed is None else seed, split, eps, int(runs), iterations)

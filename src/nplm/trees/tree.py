@@ -1,13 +1,22 @@
 """A binary tree over the vocabulary, as plain arrays (Morin & Bengio 2005, section 3).
 
 Internal nodes are numbered 0..I-1 breadth-first (0 is the root, a child's number is larger than its
-parent's; a tree given with another numbering, e.g. a hand-written tree.json, is renumbered so on load); the leaves are the words 0..V-1. `children[i] = (left, right)`, where a child c >= 0 is an
-internal node and c < 0 is the word -1 - c. A word's path is the internal nodes from the root down to
-its leaf, and its code says at each of them whether the path turns left (0) or right (1), so that
+parent's; a tree given with another numbering, e.g. a hand-written tree.json, is renumbered so on
+load); the leaves are 0..L-1. `children[i] = (left, right)`, where a child c >= 0 is an internal node
+and c < 0 is the leaf -1 - c. A leaf's path is the internal nodes from the root down to it, and its
+code says at each of them whether the path turns left (0) or right (1), so that
 
-    P(w | context) = prod_j P(b_j(w) | b_1..b_{j-1}, context) = prod_j sigmoid(+-s(node_j, context))
+    P(leaf | context) = prod_j P(b_j | b_1..b_{j-1}, context) = prod_j sigmoid(+-s(node_j, context))
 
 with + for a right turn and - for a left turn.
+
+In a plain tree the leaves are the words (L = V, leaf w is word w). A multi-code tree (Mnih & Hinton
+2009, section 4: ADAPTIVE(eps) splits and trees joined from several runs) has more leaves than words:
+`leaf_words[l]` is leaf l's word, every word has one or more leaves (its codes), and
+
+    P(w | context) = sum over the leaves l of w of P(l | context)
+
+which sums to 1 over the words because the leaves' probabilities sum to 1 and each leaf has one word.
 """
 
 from __future__ import annotations
@@ -37,11 +46,24 @@ class Tree:
     vocab_size: int
     fingerprint: str = ""  # vocab_fingerprint of the vocabulary it was built for
     kind: str = ""  # which builder made it
+    leaf_words: list[int] | None = None  # [L] the word of each leaf (multi-code trees); None: leaf l is word l
     _paths: tuple | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.children = [tuple(int(c) for c in pair) for pair in self.children]
+        if self.leaf_words is not None:
+            self.leaf_words = [int(w) for w in self.leaf_words]
         self.children = self._breadth_first(self.validate())
+
+    @property
+    def num_leaves(self) -> int:
+        """L: the number of leaves (codes); V for a plain tree."""
+        return self.vocab_size if self.leaf_words is None else len(self.leaf_words)
+
+    @property
+    def codes_per_word(self) -> float:
+        """Mean number of codes (leaves) per word: 1 for a plain tree."""
+        return self.num_leaves / self.vocab_size
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -67,12 +89,14 @@ class Tree:
         return cls(children, vocab_size, **kwargs)
 
     def validate(self) -> int:
-        """Binary, every word exactly one leaf, every node but one (the root, returned) exactly one
-        parent, every node reachable from the root. Any numbering of the nodes is accepted."""
-        V, I = self.vocab_size, len(self.children)
-        if I != V - 1:
-            raise UserError(f"a binary tree over {V} words has {V - 1} internal nodes, this one {I}")
-        seen_words = [0] * V
+        """Binary, every leaf reached once, every word at least one leaf (exactly one in a plain tree),
+        every node but one (the root, returned) exactly one parent, every node reachable from the root.
+        Any numbering of the nodes is accepted."""
+        V, L, I = self.vocab_size, self.num_leaves, len(self.children)
+        if I != L - 1:
+            over = f"over {V} words" if self.leaf_words is None else f"with {L} leaves"
+            raise UserError(f"a binary tree {over} has {L - 1} internal nodes, this one {I}")
+        seen_words = [0] * L
         parents = [0] * I
         for parent, pair in enumerate(self.children):
             if len(pair) != 2:
@@ -83,12 +107,22 @@ class Tree:
                         raise UserError(f"tree node {parent} has child node {c}; there are only {I} nodes")
                     parents[c] += 1
                 else:
-                    if not 0 <= -1 - c < V:
-                        raise UserError(f"tree node {parent} has leaf {-1 - c}, outside the vocabulary of {V}")
+                    if not 0 <= -1 - c < L:
+                        raise UserError(f"tree node {parent} has leaf {-1 - c}, outside the {L} leaves")
                     seen_words[-1 - c] += 1
         bad_word = next((w for w, n in enumerate(seen_words) if n != 1), None)
         if bad_word is not None:
-            raise UserError(f"word {bad_word} is a leaf {seen_words[bad_word]} times; each word must be exactly one leaf")
+            what = "word" if self.leaf_words is None else "leaf"
+            raise UserError(f"{what} {bad_word} is a leaf {seen_words[bad_word]} times; "
+                            f"each {what} must be exactly one leaf")
+        if self.leaf_words is not None:
+            codes = [0] * V
+            for w in self.leaf_words:
+                if not 0 <= w < V:
+                    raise UserError(f"a leaf has word {w}, outside the vocabulary of {V}")
+                codes[w] += 1
+            if 0 in codes:
+                raise UserError(f"word {codes.index(0)} has no leaf; every word needs at least one code")
         roots = [i for i, n in enumerate(parents) if n == 0]
         bad_node = next((i for i, n in enumerate(parents) if n > 1), None)
         if bad_node is not None or len(roots) != 1:
@@ -121,10 +155,10 @@ class Tree:
 
     # -- paths -------------------------------------------------------------------------------
     def paths(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(nodes [V, D], codes [V, D], lengths [V]): each word's internal nodes from the root and its
-        turns (1 = right), padded to the maximum depth D with node 0 and code 0."""
+        """(nodes [L, D], codes [L, D], lengths [L]): each leaf's internal nodes from the root and its
+        turns (1 = right), padded to the maximum depth D with node 0 and code 0. Leaf = word in a plain tree."""
         if self._paths is None:
-            V = self.vocab_size
+            V = self.num_leaves
             node_path: list[list[int]] = [[] for _ in range(len(self.children))]
             code_path: list[list[int]] = [[] for _ in range(len(self.children))]
             words_nodes: list[list[int]] = [[] for _ in range(V)]
@@ -161,29 +195,60 @@ class Tree:
     def children_tensor(self) -> torch.Tensor:
         return torch.tensor(self.children, dtype=torch.long)  # [I, 2]
 
+    def word_of_leaf(self) -> torch.Tensor:
+        """[L] the word of each leaf."""
+        return torch.arange(self.vocab_size) if self.leaf_words is None else torch.tensor(self.leaf_words)
+
+    def code_ranks(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The leaves grouped by rank: rank r holds (leaves [n_r], their words [n_r]) for the r-th code of
+        every word that has more than r codes. Rank 0 is one leaf per word, in word order."""
+        seen: dict[int, int] = {}
+        ranks: list[tuple[list[int], list[int]]] = []
+        for leaf, w in enumerate(self.word_of_leaf().tolist()):
+            r = seen.get(w, 0)
+            seen[w] = r + 1
+            if r == len(ranks):
+                ranks.append(([], []))
+            ranks[r][0].append(leaf)
+            ranks[r][1].append(w)
+        out = []
+        for r, (leaves, words) in enumerate(ranks):
+            order = sorted(range(len(words)), key=words.__getitem__) if r == 0 else range(len(words))
+            out.append((torch.tensor([leaves[i] for i in order]), torch.tensor([words[i] for i in order])))
+        return out
+
     # -- statistics ----------------------------------------------------------------------------
     def stats(self, counts: Sequence[int] | None = None) -> dict:
-        """Internal nodes, mean/max depth, and with unigram counts the expected code length in bits
-        next to the unigram entropy (its lower bound)."""
+        """Internal nodes, codes (leaves) per word, mean/max depth, and with unigram counts the expected
+        code length in bits next to the unigram entropy (its lower bound). With several codes per word,
+        a word's depth is the mean length of its codes."""
         _, _, lengths = self.paths()
-        out = {"kind": self.kind, "words": self.vocab_size, "internal_nodes": len(self.children),
-               "mean_depth": float(lengths.double().mean()), "max_depth": int(lengths.max())}
+        V = self.vocab_size
+        words = self.word_of_leaf()
+        depth = torch.zeros(V, dtype=torch.float64).index_add_(0, words, lengths.double())  # [V] summed
+        depth /= torch.zeros(V, dtype=torch.float64).index_add_(0, words, torch.ones(len(words), dtype=torch.float64))
+        out = {"kind": self.kind, "words": V, "internal_nodes": len(self.children),
+               "codes_per_word": self.codes_per_word,
+               "mean_depth": float(depth.mean()), "max_depth": int(lengths.max())}
         if counts is not None:
             p = torch.tensor(counts, dtype=torch.float64) + 1e-12
             p = p / p.sum()
-            out["expected_code_length_bits"] = float((p * lengths).sum())
+            out["expected_code_length_bits"] = float((p * depth).sum())
             out["unigram_entropy_bits"] = float(-(p * torch.log2(p)).sum())
         return out
 
     # -- persistence ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
-                "children": [list(pair) for pair in self.children]}
+        d = {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
+             "children": [list(pair) for pair in self.children]}
+        if self.leaf_words is not None:
+            d["leaf_words"] = list(self.leaf_words)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Tree":
         return cls([tuple(p) for p in d["children"]], int(d["vocab_size"]), fingerprint=d.get("fingerprint", ""),
-                   kind=d.get("kind", ""))
+                   kind=d.get("kind", ""), leaf_words=d.get("leaf_words"))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict()))

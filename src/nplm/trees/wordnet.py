@@ -10,6 +10,18 @@ with one child is skipped. Specifics of this implementation:
   instance hypernyms count (proper nouns); the noun, verb, adjective and adverb roots meet under
   one virtual root.
 - A child of a synset is represented by the mean vector of the words under it.
+- `binarise=balanced` (default): each binary cut of a synset's children is along the 2-means
+  direction but at the median of the *words* under them (children weighted by their word counts),
+  and a child synset holding more than OPEN_SHARE of its parent's words is opened up in place (its
+  children join its siblings), so no IS-A level costs a binary decision that barely splits the
+  words; `binarise=kmeans`: plain 2-means cuts of the children, which split a few outlying children
+  off at a time. On Morin & Bengio's Brown protocol (10,000 words; first-synset hypernym paths of
+  mean length 6.3, max 18), experiments/morin2005/results/tree-shapes.json: kmeans mean depth 35.2
+  (max 68), balanced 17.1 (max 26), against 13.4 (max 14) for the balanced tree of the sorted
+  vocabulary. (Opening children above 1/2 instead of 1/4 gave 19.1, balanced cuts without opening
+  22.1.) Unary chains (a synset with one child) add no node in either mode. The paper says it binarised the children by a
+  data-driven clustering (K-means-like) without giving the resulting depth; the balanced cut is our
+  choice, to keep paths short (each node on a path is one more binary decision to learn).
 - Words without a synset (function words, punctuation, names WordNet lacks, `<unk>`) are placed by
   `unplaced=nearest`: next to the placed word with the most similar vector (cosine), i.e. as one
   more child of that word's synset; or `unplaced=subtree`: a 2-means subtree of their own, one
@@ -36,14 +48,18 @@ from nplm.trees.cooccurrence import context_vectors
 from nplm.trees.tree import Tree
 
 UNPLACED = ("nearest", "subtree")
+BINARISE = ("balanced", "kmeans")
+OPEN_SHARE = 0.25  # binarise=balanced: a child synset with more than this share of its parent's words is opened up
 
 
 def tree_from_hypernyms(paths: dict[int, Sequence[str]], vectors: np.ndarray, unplaced: str = "nearest",
-                        seed: int = 0, iterations: int = 20) -> Tree:
+                        seed: int = 0, iterations: int = 20, binarise: str = "balanced") -> Tree:
     """The tree over words 0..V-1 (V = len(vectors) [V, m]) where word w hangs under the synset path
     `paths[w]` (root first, its own synset last); words missing from `paths` are placed per `unplaced`."""
     if unplaced not in UNPLACED:
         raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
+    if binarise not in BINARISE:
+        raise UserError(f"tree.binarise={binarise!r} is not one of: {', '.join(BINARISE)}")
     vectors = np.asarray(vectors, dtype=np.float64)
     V = len(vectors)
     # the IS-A trie: node 0 is the virtual root, every other node a synset
@@ -92,9 +108,17 @@ def tree_from_hypernyms(paths: dict[int, Sequence[str]], vectors: np.ndarray, un
 
     def expand(item: int) -> list[int]:
         g = item - V
-        return [V + c for c in kids[g].values()] + words[g]
+        members = [V + c for c in kids[g].values()] + words[g]
+        if binarise == "balanced":  # a child synset holding most of the words is opened up in place
+            total = sizes[g]
+            while big := [i for i in members if i >= V and sizes[i - V] > total * OPEN_SHARE]:
+                members.remove(big[0])
+                members += [V + c for c in kids[big[0] - V].values()] + words[big[0] - V]
+        return members
 
-    return from_splits(expand(V + top), V, TwoMeansSplit(items, seed, iterations), expand)
+    weights = np.concatenate([np.ones(V), sizes])  # [V + G] words under each item
+    split = TwoMeansSplit(items, seed, iterations, balanced=binarise == "balanced", weights=weights)
+    return from_splits(expand(V + top), V, split, expand)
 
 
 def _depth(parent: list[int], g: int) -> int:
@@ -154,11 +178,14 @@ def hypernym_paths(tokens: Sequence[str], wn) -> dict[int, list[str]]:
 
 
 def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download: bool = False,
-          dim: int = 50, contexts: int = 2000, iterations: int = 20, seed: int | None = None) -> Tree:
+          dim: int = 50, contexts: int = 2000, iterations: int = 20, seed: int | None = None,
+          binarise: str = "balanced") -> Tree:
     """`unplaced`: nearest | subtree, where words without a synset go; `nltk_data`: a folder holding
     corpora/wordnet(.zip); `download`: fetch WordNet if missing; `dim`, `contexts`: the co-occurrence
     vectors' size and context words (unused with ctx.embeddings); `iterations`: Lloyd iterations per
-    split; `seed`: the splits' seed (null: ctx.seed)."""
+    split; `seed`: the splits' seed (null: ctx.seed); `binarise`: balanced | kmeans (module docstring)."""
+    if binarise not in BINARISE:
+        raise UserError(f"tree.binarise={binarise!r} is not one of: {', '.join(BINARISE)}")
     if unplaced not in UNPLACED:
         raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
     seed = ctx.seed if seed is None else seed
@@ -169,4 +196,4 @@ def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download
         vectors = ctx.embeddings.detach().double().cpu().numpy()  # [V, m]
     else:
         vectors = context_vectors(ctx.train_ids, V, dim, contexts, seed)  # [V, dim]
-    return tree_from_hypernyms(paths, vectors, unplaced, seed, iterations)
+    return tree_from_hypernyms(paths, vectors, unplaced, seed, iterations, binarise)
