@@ -7,7 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The offline copy of NLTK's Brown corpus next to this checkout, when there is one.
 SHARED_NLTK := $(abspath ../shared/data/nltk_data)
-export NLTK_DATA ?= $(if $(wildcard $(SHARED_NLTK)),$(SHARED_NLTK),)
+ifneq ($(wildcard $(SHARED_NLTK)),)
+export NLTK_DATA ?= $(SHARED_NLTK)
+endif
 
 .PHONY: install train test wheel-check bench replicate-bengio2003 replicate-morin2005 clean
 

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from nplm.config.cli import CONF_DIR, options
-from nplm.config.rules import AnyOf, Bool, Choice, Resume, Rule, Section, Str, StrList, show
+from nplm.config.rules import AnyOf, Bool, Choice, Resume, Rule, SearchDir, Section, Str, StrList, show
 from nplm.config.schema import GROUPS, TOP, WANDB, check_tree, validate
 from nplm.errors import UserError
 
@@ -41,7 +41,7 @@ def _compose(tmp_path, group, option) -> dict:
 
 def wrong_value(rule: Rule):
     """A value of the wrong type for `rule`: a number where text is expected, else a word."""
-    if isinstance(rule, (Str, StrList, Resume)):
+    if isinstance(rule, (Str, StrList, Resume, SearchDir)):
         return 12345
     if isinstance(rule, Bool):
         return "maybe"
@@ -116,3 +116,10 @@ def test_every_config_group_folder_has_a_schema():
     assert folders <= set(GROUPS), folders - set(GROUPS)
     for group in ("corpus", "head", "tree", "optimizer"):
         assert set(options(group)) == set(GROUPS[group].options), group
+
+
+def test_an_empty_nltk_data_variable_means_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("NLTK_DATA", "")  # `export NLTK_DATA=` in a shell or a Makefile
+    cfg = compose_cfg(tmp_path, "corpus=brown")
+    assert cfg.corpus.nltk_data == ""
+    validate(cfg)

@@ -120,6 +120,17 @@ class Str(Rule):
 
 
 @dataclass(frozen=True)
+class SearchDir(Rule):
+    """A folder to search, or "" (an empty environment variable such as NLTK_DATA=) for none."""
+
+    def ok(self, v) -> bool:
+        return isinstance(v, str)
+
+    def text(self) -> str:
+        return "a folder (empty: none)"
+
+
+@dataclass(frozen=True)
 class FilePath(Str):
     def text(self) -> str:
         return "the path of a file"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nplm.config.rules import (AnyOf, Betas, Bool, Check, Choice, Encoding, FilePath, Float, Int, IntList,
-                               MaxTime, Resume, Rule, Section, Size, Str, StrList, show)
+                               MaxTime, Resume, Rule, SearchDir, Section, Size, Str, StrList, show)
 from nplm.errors import UserError
 
 SEED = Int(0, 2**32 - 1)
@@ -41,7 +41,7 @@ class Group:
 
 # -- corpus ------------------------------------------------------------------------------------------
 SIZES = {"train_size": Size(required=True), "valid_size": Size(nullable=True), "test_size": Size(nullable=True)}
-NLTK = {"nltk_data": Str(nullable=True), "download": Bool(default=True)}
+NLTK = {"nltk_data": SearchDir(nullable=True), "download": Bool(default=True)}  # ${oc.env:NLTK_DATA}: "" if set empty
 
 
 def _one_rest(c: dict) -> str | None:
