@@ -216,13 +216,18 @@ def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
     assert bad["status"] == "failed" and bad["error"].startswith("trainer.max_epochs=0: must be an integer >= 1")
 
 
+def python(code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (what a command imports shows in its sys.modules)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
 def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
     code = ("import sys; sys.argv = ['nplm-train', '--help']\n"
             "from nplm.config.cli import main\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "heavy = [m for m in ('torch', 'pytorch_lightning', 'wandb', 'hydra') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = python(code)
     assert result.returncode == 0, result.stderr
     page = result.stdout
     for line in ("  tree", "    huffman                       Huffman (1952) tree of the training unigram counts",
@@ -239,7 +244,7 @@ def test_a_bad_value_is_refused_before_torch_loads():
             "try:\n    command_line(['corpus=toy', 'model.context_size=2.5'])\nexcept SystemExit as e:\n"
             "    assert e.code == 2, e.code\n"
             "assert 'torch' not in sys.modules\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = python(code)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "nplm: error: model.context_size=2.5: must be an integer >= 1"
 
