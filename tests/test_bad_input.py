@@ -202,6 +202,16 @@ def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message
     assert not (tmp_path / "run").exists()
 
 
+def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", "corpus=toy", "head.node_dim=4,8",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 2
+    assert errors(result) == ["nplm: error: head.node_dim=4: not a key of head=softmax; it is a key of "
+                              "head=hierarchical: add head=hierarchical"]
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
     sweep = tmp_path / "sweep"
     result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",

@@ -111,10 +111,17 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Compose the config of a single run (as Hydra will) and check it against the schema before torch
     loads. A composition error becomes one line: above all a key that exists only in another option of
     its group (`head.node_dim=4` while head is softmax), which Hydra reports in five lines with exit 1.
-    Multiruns are composed and checked per job (`nplm.train.train`)."""
-    if any(a.startswith("-") for a in argv):  # -m, --cfg, --hydra-help, ...: Hydra's own modes
+    In a multirun (`-m`) only the first job's composition is checked here (its values are checked per
+    job by `nplm.train.train`, so that a bad job fails alone)."""
+    multirun = argv[:1] in (["-m"], ["--multirun"])
+    rest = argv[1:] if multirun else argv
+    if any(a.startswith("-") for a in rest):  # --cfg, --hydra-help, ...: Hydra's own modes
         return
-    overrides = [a for a in argv if "=" in a and not a.lstrip("+~").startswith("hydra")]
+    overrides = [a for a in rest if "=" in a and not a.lstrip("+~").startswith("hydra")]
+    if multirun:  # the first value of each plain list; sweep functions (range, choice, ...) left out
+        firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}
+        overrides = [a.split("=", 1)[0] + "=" + first[0] if (first := firsts[a]) else a
+                     for a in overrides if firsts[a] or "(" not in a]
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -137,6 +144,8 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         where = f"{group}={chosen.get('name')}" if chosen.get("name") else f"the chosen {group}"
         hint = f"; it is a key of {group}={'/'.join(holders)}: add {group}={holders[0]}" if holders else ""
         raise UserError(f"{arg}: not a key of {where}{hint}") from None
+    if multirun:
+        return
     # Every value against the schema now, in half a second, rather than after torch and Lightning load.
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
