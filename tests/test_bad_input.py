@@ -202,6 +202,16 @@ def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message
     assert not (tmp_path / "run").exists()
 
 
+def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "nplm.train", "head=hierarchical", "tree=file",
+                             f"tree.path={tmp_path / 'missing.json'}", "corpus=toy", "logger=none"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2
+    assert errors(result)[0].startswith("nplm: error: cannot read tree file")
+    assert list(tmp_path.iterdir()) == []  # not even outputs/toy/runs
+
+
 def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", "corpus=toy", "head.node_dim=4,8",
                              f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, cwd=tmp_path,

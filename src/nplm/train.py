@@ -219,6 +219,11 @@ def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: b
     leave a metrics.json saying why the job failed."""
     if remove:  # never an older run's folder
         shutil.rmtree(fresh, ignore_errors=True)
+        cwd = Path.cwd().resolve()
+        for parent in fresh.resolve().parents:  # empty outputs/<experiment>/runs below the working folder
+            if parent == cwd or not parent.is_relative_to(cwd) or any(parent.iterdir()):
+                break
+            parent.rmdir()
     if is_multirun():  # the sweep goes on; the job's folder says why it failed
         fresh.mkdir(parents=True, exist_ok=True)
         write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})

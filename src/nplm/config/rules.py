@@ -144,7 +144,7 @@ class Choice(Rule):
         return any(v == o and type(v) is type(o) for o in self.options)
 
     def text(self) -> str:
-        return "one of: " + ", ".join(show(o) for o in self.options)
+        return "one of: " + ", ".join(dict.fromkeys(show(o) for o in self.options))  # 32 and "32" read alike
 
 
 @dataclass(frozen=True)
