@@ -21,8 +21,8 @@ import os
 import time
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary, train_row,
-                              valid_test, write_result)
+from nplm.replication import (DATA_DIR, best_epoch, class_ngram, corpus_datamodule, load_result, machine, run_summary,
+                              train_row, valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -114,7 +114,7 @@ def stopped_by(history: list[dict], patience: int) -> str:
     epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
     times = sorted(r["train/epoch_time_s"] for r in history)
     partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
-    best = 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+    best = best_epoch(history)
     if partial:
         return f"time limit ({len(history) - best} epochs after the best)"
     return "early stopping" if len(history) - best >= patience else "epoch limit"

@@ -38,7 +38,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+from nplm.replication import (DATA_DIR, ROOT, best_epoch, class_ngram, corpus_datamodule, load_result, machine, read_record,
                               run_summary, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
@@ -189,8 +189,7 @@ def converged(record: dict) -> bool:
     history = record.get("history") or []
     if record.get("status") != "finished" or not history:
         return False
-    best = min(range(len(history)), key=lambda i: history[i]["val/ppl"])
-    return len(history) - 1 - best >= PATIENCE or len(history) >= MAX_EPOCHS
+    return len(history) - best_epoch(history) >= PATIENCE or len(history) >= MAX_EPOCHS
 
 
 def train_network(row: str, threads: int, rerun: bool) -> None:

@@ -87,6 +87,11 @@ def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, reru
     return record
 
 
+def best_epoch(history: list[dict]) -> int:
+    """The epoch (counted from 1) with the lowest val/ppl in a run record's history."""
+    return 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
+
+
 def run_summary(record: dict, command: str) -> dict:
     """The figures a replication table reports about one finished run."""
     history = record["history"]
@@ -94,7 +99,7 @@ def run_summary(record: dict, command: str) -> dict:
     return {"command": command, "git_commit": record["git_commit"],
             "machine": f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads",
             "epochs": len(history),
-            "best_epoch": 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"]),
+            "best_epoch": best_epoch(history),
             "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
             "wall_time_s": round(record["wall_time_s"]),
             "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
