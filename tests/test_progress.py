@@ -36,11 +36,12 @@ def test_duration_is_short_and_readable():
 
 
 def test_piped_run_prints_timed_plain_lines_and_no_third_party_noise(tmp_path):
-    out = piped_run(tmp_path, "a", "progress.interval=0.000001")  # every batch is "due": the format of each line
+    # every step is "due": the format of each line; a training step is 4 batches (max_steps=10 ends in the third)
+    out = piped_run(tmp_path, "a", "progress.interval=0.000001", "steps_per_execution=4")
     assert "\r" not in out
     train = [int(m.group(1)) for m in map(TRAIN_LINE.search, out.splitlines()) if m]
     test = [int(m.group(1)) for m in map(TEST_LINE.search, out.splitlines()) if m]
-    assert train == list(range(1, 11)) and test == list(range(1, 16)), out[-3000:]
+    assert train == [4, 8, 10] and test == list(range(1, 16)), out[-3000:]
     assert "test/ppl" in out.splitlines()[-1]
     assert [noise for noise in NOISE if noise in out] == [], out
 

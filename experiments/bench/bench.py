@@ -116,7 +116,7 @@ class _Clock(pl.Callback):
 
 
 def lightning_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
-    """Examples/s of the same training inside `pl.Trainer` (as nplm-train runs it, no logger)."""
+    """Examples/s of the same training inside `pl.Trainer`, one batch per Lightning step (no logger)."""
     module = make_module(dm)
     clock = _Clock(warmup)
     trainer = pl.Trainer(max_steps=warmup + steps, limit_val_batches=0, logger=False, enable_checkpointing=False,

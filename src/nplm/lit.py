@@ -12,6 +12,7 @@ import torch
 
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
+from nplm.execution import StepOptions
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
 from nplm.optim import OptimizerConfig, build_optimizer
@@ -55,6 +56,9 @@ class LanguageModel(pl.LightningModule):
         self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
         self.val_ppl, self.test_ppl = Perplexity(), Perplexity()
         self.best_val_ppl = math.inf
+        self.automatic_optimization = False  # training_step steps the optimizer, once per batch
+        self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.execution)
+        self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -77,9 +81,23 @@ class LanguageModel(pl.LightningModule):
         return self.head.loss(self.model(context), target)  # [B]
 
     def on_train_start(self) -> None:
+        self._direct = self._direct_steps_possible()
         # NPLM_SYNC_DEBUG=1 on a GPU: any host-device sync in a training step (forward, backward,
         # optimizer update) raises (experiments/bench/gpu_check.py)
         self._sync_debug = os.environ.get("NPLM_SYNC_DEBUG") == "1" and self.device.type == "cuda"
+
+    def _direct_steps_possible(self) -> bool:
+        """Whether the training step may call `loss.backward()` and the torch optimizer itself rather
+        than through Lightning (`manual_backward`, `LightningOptimizer.step`): one process, no loss
+        scaling (16-mixed), and no callback listening to the per-batch backward/optimizer hooks. The
+        hooks' rounds cost ~0.1 ms per batch, as much as a small model's backward."""
+        from pytorch_lightning.strategies import SingleDeviceStrategy
+
+        hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad")
+        listening = [c for c in self.trainer.callbacks for h in hooks
+                     if getattr(type(c), h) is not getattr(pl.Callback, h)]
+        return (isinstance(self.trainer.strategy, SingleDeviceStrategy) and not listening
+                and getattr(self.trainer.precision_plugin, "scaler", None) is None)
 
     @contextmanager
     def _sync_mode(self, mode: str):
@@ -94,15 +112,9 @@ class LanguageModel(pl.LightningModule):
         finally:
             torch.cuda.set_sync_debug_mode(before)
 
-    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
-        # the closure runs training_step and backward; the first step (compilation, the optimizer's
-        # state) is left unchecked
-        with self._sync_mode("error" if self.global_step > 0 else "default"):
-            optimizer.step(closure=optimizer_closure)
-
     def on_train_epoch_start(self) -> None:
         self._train_seconds, self._clock = 0.0, time.perf_counter()
-        self._epoch_tokens = 0
+        self._epoch_tokens = self._epoch_batches = 0
         self._nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # sum of per-token NLL
         self._reset_window()
 
@@ -111,20 +123,70 @@ class LanguageModel(pl.LightningModule):
         self._window_loss = torch.zeros((), device=self.device)
         self._window_steps = 0
 
-    def training_step(self, batch, batch_idx):
-        """No host-device sync: the loss and NLL sums stay on the device; they are read, and checked
-        for a NaN/inf, every `trainer.log_every_n_steps` steps and at the end of the epoch."""
-        context, target = batch
-        nll = self._train_loss(context, target)  # [B]
-        loss = nll.mean()
-        detached = nll.detach()
-        self._nll_sum += detached.sum(dtype=torch.float64)
-        self._window_loss += loss.detach()
-        self._window_steps += 1
-        self._epoch_tokens += target.numel()
-        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # the steps Lightning's loggers write
-            self._log_window()
-        return loss
+    def training_step(self, batches, batch_idx: int) -> dict:
+        """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
+        of one Lightning step (`nplm.execution`). Each batch gets its own forward, backward and
+        optimizer step, in order, exactly as with one batch per step; Lightning's own cost per step
+        (hooks, callbacks, logging) is paid once per group.
+
+        No host-device sync: the loss and NLL sums stay on the device; they are read, and checked for
+        a NaN/inf, every `log_every_n_steps` optimizer steps and at the end of the epoch."""
+        if isinstance(batches, tuple):  # one (context, target) batch: a loader of single batches
+            batches = [batches]
+        options = self.step_options
+        optimizer = self.optimizers()
+        schedulers = [c.scheduler for c in self.trainer.lr_scheduler_configs if c.interval == "step"]
+        max_steps = self.trainer.max_steps
+        log_every = options.log_every_n_steps or self.trainer.log_every_n_steps
+        nlls, losses = [], []  # the batches' [B] and [] tensors, summed once per group
+        done = tokens = 0
+        last = len(batches) - 1 if self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch else -1
+        with self._sync_mode("error" if self.global_step > 0 else "default"):  # the first step compiles
+            for i, (context, target) in enumerate(batches):
+                if 0 < max_steps <= self.global_step:
+                    break
+                nll = self._train_loss(context, target)  # [B]
+                loss = nll.mean()
+                if options.accumulate_grad_batches > 1:
+                    loss = loss / options.accumulate_grad_batches
+                loss.backward() if self._direct else self.manual_backward(loss)
+                self._epoch_batches += 1
+                if self._epoch_batches % options.accumulate_grad_batches == 0 or i == last:  # (a partial last one)
+                    self._optimizer_step(optimizer, schedulers)
+                nlls.append(nll.detach())
+                losses.append(loss.detach())
+                done += 1
+                tokens += target.numel()
+        if not done:  # max_steps was reached before this group
+            return {"batches": 0, "tokens": 0}
+        self._nll_sum += torch.cat(nlls).sum(dtype=torch.float64)
+        group_loss = torch.stack(losses).sum() * options.accumulate_grad_batches  # the batches' mean losses, summed
+        self._window_loss += group_loss
+        self._window_steps += done
+        self._epoch_tokens += tokens
+        if self._window_steps and (self.global_step // log_every > (self.global_step - done) // log_every):
+            self._log_window()  # a multiple of log_every_n_steps was passed in this group
+        # Lightning counts this call as one step on its loggers' axis; make it `done` (optimizer steps)
+        self.trainer.fit_loop.epoch_loop._batches_that_stepped += max(done - 1, 0)
+        return {"loss": group_loss / done, "batches": done, "tokens": tokens}
+
+    def _optimizer_step(self, optimizer, schedulers: list) -> None:
+        """Clip (`trainer.gradient_clip_val`), step, zero the gradients, step the per-step schedules."""
+        options = self.step_options
+        if options.gradient_clip_val:
+            self.clip_gradients(optimizer, gradient_clip_val=options.gradient_clip_val,
+                                gradient_clip_algorithm=options.gradient_clip_algorithm)
+        if self._direct:  # the torch optimizer itself, counted as Lightning's manual optimization counts it
+            progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+            progress.increment_ready()
+            optimizer.optimizer.step()
+            progress.increment_completed()
+            optimizer.optimizer.zero_grad(set_to_none=True)
+        else:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        for scheduler in schedulers:
+            scheduler.step()
 
     def _log_window(self) -> None:
         """Log the mean training loss since the last call; a non-finite sum (one NaN or inf step makes
@@ -163,7 +225,21 @@ class LanguageModel(pl.LightningModule):
         self.log(self.train_ppl_name, torch.exp(nll_sum / max(tokens, 1)).float(), sync_dist=True)
         self.log("train/tokens_per_s", tokens / max(seconds, 1e-9), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)  # this epoch's
+        self._step_epoch_schedulers()
+
+    def _step_epoch_schedulers(self) -> None:
+        """What Lightning does for automatic optimization at the end of a training epoch (after its
+        validation): step the per-epoch schedules, ReduceLROnPlateau with its monitored metric."""
+        for config in self.trainer.lr_scheduler_configs:
+            if config.interval != "epoch":
+                continue
+            if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                metric = self.trainer.callback_metrics.get("val/ppl")  # build_optimizer's monitor
+                if metric is not None:  # no validation this epoch: nothing to judge by
+                    config.scheduler.step(metric)
+            else:
+                config.scheduler.step()
 
     # -- evaluation ------------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
@@ -185,7 +261,10 @@ class LanguageModel(pl.LightningModule):
         self.test_ppl.reset()
 
     def configure_optimizers(self):
-        return build_optimizer(self, self.optim_cfg)
+        config = build_optimizer(self, self.optim_cfg)
+        if isinstance(config, dict):  # manual optimization: training_step and _step_epoch_schedulers step them
+            config["lr_scheduler"] = {k: v for k, v in config["lr_scheduler"].items() if k != "monitor"}
+        return config
 
     # -- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:

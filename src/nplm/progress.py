@@ -52,9 +52,9 @@ class _Pass:
         self.batches = self.tokens = self.losses = 0
         self.loss_sum: torch.Tensor | None = None  # on the device, read only when reported
 
-    def add(self, batch, loss: torch.Tensor | None) -> None:
-        self.batches += 1
-        self.tokens += batch[1].numel()  # targets [B]: a host-side shape, no sync
+    def add(self, batches: int, tokens: int, loss: torch.Tensor | None) -> None:
+        self.batches += batches
+        self.tokens += tokens
         if loss is not None:
             loss = loss.detach()
             self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
@@ -109,13 +109,14 @@ class Progress(ProgressBar):
                        dynamic_ncols=True, leave=training, position=0 if training else 1)
         return _Pass(name, total, training, bar)
 
-    def _step(self, trainer: pl.Trainer, p: _Pass | None, batch, loss: torch.Tensor | None = None) -> None:
+    def _step(self, trainer: pl.Trainer, p: _Pass | None, batches: int, tokens: int,
+              loss: torch.Tensor | None = None) -> None:
         if p is None or not self._enabled:
             return
-        p.add(batch, loss)
-        now = time.monotonic()  # the clock every batch; anything else only when due
+        p.add(batches, tokens, loss)
+        now = time.monotonic()  # the clock every step; anything else only when due
         if p.bar is not None:
-            p.bar.update(1)
+            p.bar.update(batches)
             if now - p.last >= BAR_REFRESH_S:
                 p.last = now
                 p.bar.set_postfix_str(p.numbers(now), refresh=False)
@@ -145,11 +146,17 @@ class Progress(ProgressBar):
 
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._train = self._open(f"epoch {trainer.current_epoch}", self.total_train_batches, training=True)
+        total = getattr(pl_module, "train_batches", None) or self.total_train_batches
+        self._train = self._open(f"epoch {trainer.current_epoch}", total, training=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        """`outputs`: LanguageModel.training_step's {"loss", "batches", "tokens"} for its group of batches."""
+        if isinstance(outputs, dict) and "batches" in outputs:
+            batches, tokens = outputs["batches"], outputs["tokens"]
+        else:  # one (context, target) batch
+            batches, tokens = 1, batch[1].numel()
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self._step(trainer, self._train, batch, loss if isinstance(loss, torch.Tensor) else None)
+        self._step(trainer, self._train, batches, tokens, loss if isinstance(loss, torch.Tensor) else None)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._train is not None:
@@ -163,7 +170,7 @@ class Progress(ProgressBar):
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        self._step(trainer, self._eval, batch)
+        self._step(trainer, self._eval, 1, batch[1].numel())
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._close_eval()
@@ -172,7 +179,7 @@ class Progress(ProgressBar):
         self._eval = self._open("test", sum(trainer.num_test_batches), training=False)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._step(trainer, self._eval, batch)
+        self._step(trainer, self._eval, 1, batch[1].numel())
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._close_eval()

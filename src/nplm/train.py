@@ -25,6 +25,7 @@ from nplm.config import validate
 from nplm.config.cli import CONF_DIR, command_line
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import EXIT_USER_ERROR, UserError
+from nplm.execution import ExecutionPlan
 from nplm.heads import head_class
 from nplm.lit import LanguageModel, use_tf32
 from nplm.progress import Progress
@@ -70,7 +71,8 @@ class StopAt(pl.Callback):
             trainer.should_stop = True
 
 
-def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
+                  plan: ExecutionPlan) -> pl.Trainer:
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
@@ -86,7 +88,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     patience = cfg.callbacks.get("early_stopping_patience")
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
-    trainer_cfg = _container(cfg.trainer)
+    trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
     if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
         if float(cfg.stop_at) <= time.time():
             raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
@@ -254,6 +256,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
     dm.require_batches(cfg.trainer)
+    plan = ExecutionPlan.build(_container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
+    dm.group_training(plan.batches_per_step, plan.train_batches)
     if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
         tree = learned_tree(cfg, dm, out_dir / "bootstrap")
     else:
@@ -261,6 +265,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
                            dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)},
                            tree=tree.to_dict() if tree is not None else None)
+    module.step_options = plan.step_options
+    module.train_batches = plan.train_batches
     if ckpt is not None:
         check_resumable(ckpt, module)
     if cfg.get("compile"):
@@ -278,7 +284,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                                 "tree_stats": record.data.get("tree")})
     failed = True
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history)
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan)
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path

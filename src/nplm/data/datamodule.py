@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from nplm.data.corpora import CorpusText, load_corpus
 from nplm.data.tokenizers import JOINERS
 from nplm.data.vocabulary import UNK, Vocabulary
-from nplm.data.windows import BatchIndices, Windows
+from nplm.data.windows import BatchIndices, GroupedBatches, Windows
 from nplm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class LMDataModule(pl.LightningDataModule):
         self._on_device: dict[tuple, Windows] = {}  # (split, device) -> the split's windows there
         self.stats: dict[str, SplitStats] = {}
         self.files: dict[str, str] = {}
+        self.train_group, self.train_limit = 1, None  # `group_training`
 
     def setup(self, stage: str | None = None) -> None:
         """Load, count and encode once; later calls (Lightning calls setup per stage) are free."""
@@ -111,6 +112,18 @@ class LMDataModule(pl.LightningDataModule):
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
                                     f"of {batch_size} windows); use at least {1 / batches:.3g}, or a count like 1")
 
+    def train_batches(self) -> int:
+        """Batches in a training epoch (all of them; before trainer.limit_train_batches)."""
+        n = len(self.windows["train"])
+        if self.overfit_batches > 0:
+            n = min(n, self.overfit_batches * self.batch_size)
+        return -(-n // self.batch_size)
+
+    def group_training(self, size: int, limit: int | None = None) -> None:
+        """The training loader yields lists of `size` consecutive batches, `limit` batches per epoch
+        (`nplm.execution.ExecutionPlan`); validation and test batches stay single."""
+        self.train_group, self.train_limit = size, limit
+
     def has_split(self, split: str) -> bool:
         return split in self.windows
 
@@ -132,6 +145,8 @@ class LMDataModule(pl.LightningDataModule):
             self._on_device[split, device] = dataset.to(device)
         dataset = self._on_device[split, device]
         sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
+        if split == "train" and (self.train_group > 1 or self.train_limit is not None):
+            sampler = GroupedBatches(sampler, self.train_group, self.train_limit)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
         return DataLoader(dataset, sampler=sampler, batch_size=None)
 

@@ -9,6 +9,7 @@ are gathered there: no host-to-device copy per batch.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import torch
@@ -32,7 +33,12 @@ class Windows(Dataset):
         """The same windows over a copy of the stream on `device` (self when it is already there)."""
         return self if self.ids.device == torch.device(device) else Windows(self.ids.to(device), self.context_size)
 
-    def __getitem__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, idx: torch.Tensor | list[torch.Tensor]):
+        """One batch `idx` [B] -> (context [B, k], target [B]); a list of them (`GroupedBatches`) ->
+        a list of such pairs, gathered in one go."""
+        if isinstance(idx, list):
+            rows = self.windows[torch.cat(idx)]  # [sum B, k+1]
+            return [(batch[:, :-1], batch[:, -1]) for batch in rows.split([len(i) for i in idx])]
         batch = self.windows[idx]  # [B, k+1]
         return batch[:, :-1], batch[:, -1]  # [B, k], [B]
 
@@ -84,3 +90,19 @@ class BatchIndices(Sampler):
         if self.world_size > 1:
             batches = batches[self.rank: len(self) * self.world_size: self.world_size]
         return iter(batches)
+
+
+class GroupedBatches(Sampler):
+    """The first `limit` batches of `batches` (an epoch of index batches), `size` at a time: lists of
+    consecutive batches, the last list shorter (`nplm.execution`: several batches per Lightning step)."""
+
+    def __init__(self, batches: Sampler, size: int, limit: int | None = None):
+        self.batches, self.size = batches, size
+        self.limit = len(batches) if limit is None else min(limit, len(batches))
+
+    def __len__(self) -> int:
+        return -(-self.limit // self.size)
+
+    def __iter__(self):
+        epoch = list(itertools.islice(iter(self.batches), self.limit))
+        return iter([epoch[i:i + self.size] for i in range(0, len(epoch), self.size)])

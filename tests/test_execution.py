@@ -1,0 +1,115 @@
+"""Several batches per Lightning step (`steps_per_execution`, nplm.execution): the same training as one
+batch per step, with every trainer option that counts batches still counting batches."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+from conftest import TOY_FAST, compose_cfg
+
+from nplm.train import train
+
+from nplm.data.windows import BatchIndices, GroupedBatches, Windows
+from nplm.execution import ExecutionPlan
+
+
+@pytest.mark.parametrize("trainer, size, lightning, per_epoch", [
+    ({}, 16, {"log_every_n_steps": 1}, 100),
+    ({"val_check_interval": 1.0}, 16, {"val_check_interval": 1.0, "log_every_n_steps": 1}, 100),
+    ({"val_check_interval": 50}, 2, {"val_check_interval": 25, "log_every_n_steps": 1}, 100),  # S = gcd(16, 50)
+    ({"val_check_interval": 0.25}, 1, {"val_check_interval": 25, "log_every_n_steps": 1}, 100),  # every 25 batches
+    ({"limit_train_batches": 10}, 10, {"log_every_n_steps": 1}, 10),
+    ({"limit_train_batches": 0.5}, 16, {"log_every_n_steps": 1}, 50),
+])
+def test_plan_keeps_batch_counts_in_batches(trainer, size, lightning, per_epoch):
+    """An epoch of 100 batches, S = 16 asked for."""
+    plan = ExecutionPlan.build(trainer, 100, 16)
+    assert (plan.batches_per_step, plan.train_batches, plan.trainer_options) == (size, per_epoch, lightning)
+    assert plan.lightning_steps == -(-per_epoch // size)
+
+
+def test_plan_keeps_one_batch_per_step_under_ddp():
+    assert ExecutionPlan.build({"strategy": "ddp", "devices": 2}, 100, 16).batches_per_step == 1
+
+
+def test_plan_hands_clipping_accumulation_and_logging_to_the_module():
+    plan = ExecutionPlan.build({"gradient_clip_val": 0.5, "gradient_clip_algorithm": "value",
+                                "accumulate_grad_batches": 4, "log_every_n_steps": 7}, 100, 16)
+    assert (plan.step_options.gradient_clip_val, plan.step_options.gradient_clip_algorithm,
+            plan.step_options.accumulate_grad_batches, plan.step_options.log_every_n_steps) == (0.5, "value", 4, 7)
+    assert plan.trainer_options == {"log_every_n_steps": 1}
+
+
+def test_grouped_batches_are_the_single_batches_in_order():
+    windows = Windows(torch.arange(103), 3)  # 100 windows
+    single = list(BatchIndices(len(windows), 8, shuffle=True, seed=5))
+    groups = list(GroupedBatches(BatchIndices(len(windows), 8, shuffle=True, seed=5), 5, limit=12))
+    assert [len(g) for g in groups] == [5, 5, 2]
+    flat = [b for g in groups for b in g]
+    assert all(torch.equal(a, b) for a, b in zip(flat, single[:12]))
+    pairs = windows[groups[0]]  # one gather for the group, split back into its batches
+    for (context, target), idx in zip(pairs, groups[0]):
+        assert torch.equal(target, windows[idx][1]) and torch.equal(context, windows[idx][0])
+
+
+def _train(folder, *overrides: str) -> dict:
+    """A run in its own folder (a run folder that holds a finished run with the same overrides is reused)."""
+    return train(compose_cfg(folder, *TOY_FAST, "data.batch_size=8", *overrides))
+
+
+def _checkpoint(folder) -> dict:
+    return torch.load(folder / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["trainer.accumulate_grad_batches=3", "trainer.gradient_clip_val=0.05"],
+    ["optimizer=sgd", "optimizer.lr=0.5", "optimizer.lr_decay=0.01"],
+])
+def test_any_steps_per_execution_trains_as_one_batch_per_step(tmp_path, extra):
+    """Toy corpus, 2 epochs of 15 batches: S = 1, 3 (not a divisor: a short last group) and 16 give the
+    same perplexities, with gradient accumulation, clipping and a per-step schedule too."""
+    results = []
+    for size in (1, 3, 16):
+        metrics = _train(tmp_path / str(size), f"steps_per_execution={size}", *extra)
+        results.append((metrics["val/ppl_best"], metrics["test/ppl"], metrics["train/lr"]))
+        assert _checkpoint(tmp_path / str(size))["global_step"] == (10 if "trainer.accumulate_grad_batches=3" in extra else 30)
+    for got in results[1:]:
+        assert got == pytest.approx(results[0], rel=1e-6)
+
+
+def test_gradient_clipping_and_accumulation_are_applied(tmp_path):
+    sgd = ["optimizer=sgd", "optimizer.lr=0.5", "optimizer.lr_decay=0"]  # (Adam's step barely depends on the scale)
+    plain = _train(tmp_path / "a", *sgd)["val/ppl_best"]
+    for name, option in (("b", "trainer.gradient_clip_val=0.01"), ("c", "trainer.accumulate_grad_batches=3")):
+        assert abs(_train(tmp_path / name, *sgd, option)["val/ppl_best"] - plain) > 1e-3 * plain, option
+
+
+def test_max_steps_stops_at_that_optimizer_step(tmp_path):
+    _train(tmp_path, "steps_per_execution=16", "+trainer.max_steps=7")
+    assert _checkpoint(tmp_path)["global_step"] == 7
+
+
+def test_logged_steps_count_optimizer_steps(tmp_path):
+    """Lightning's CSV logger: train/loss about every log_every_n_steps batches, on an axis of batches."""
+    _train(tmp_path, "logger=csv", "steps_per_execution=4", "trainer.log_every_n_steps=5")
+    rows = list(csv.DictReader(open(next((tmp_path / "run").rglob("csv/**/metrics.csv")))))
+    steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    # 15 batches per epoch in groups of 4, 4, 4, 3: the last batch (0-based) of each group in which a
+    # multiple of 5 fell (batches 1-based 5, 10, 15 | 20, 25, 30; none in 16-19)
+    assert steps == [7, 11, 14, 22, 26, 29]
+    assert max(int(r["step"]) for r in rows) == 30  # the epoch rows: after 2 epochs of 15 batches
+
+
+def test_plateau_schedule_halves_the_step_after_an_epoch_without_a_better_val_ppl(tmp_path):
+    """With a step too small to change anything, every epoch after the first is no better: the step
+    size is halved after each (ReduceLROnPlateau under nplm's manual optimization)."""
+    _train(tmp_path, "optimizer=sgd", "optimizer.lr=1e-6", "optimizer.lr_decay=0", "optimizer.plateau_factor=0.5",
+              "trainer.max_epochs=3")
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    lrs = [float(r["train/lr"]) for r in rows]
+    assert lrs == pytest.approx([1e-6, 1e-6, 5e-7])
+    assert math.isclose(float(rows[0]["epoch"]), 0)
