@@ -113,3 +113,21 @@ def test_plateau_schedule_halves_the_step_after_an_epoch_without_a_better_val_pp
     lrs = [float(r["train/lr"]) for r in rows]
     assert lrs == pytest.approx([1e-6, 1e-6, 5e-7])
     assert math.isclose(float(rows[0]["epoch"]), 0)
+
+
+def test_a_loader_of_single_batches_trains_too(tmp_path):
+    """A LanguageModel fitted on the datamodule's own loader (one batch per Lightning step, as a library
+    user would) takes its optimizer step per batch."""
+    import pytorch_lightning as pl
+
+    from nplm.data.datamodule import LMDataModule
+    from nplm.lit import LanguageModel
+
+    dm = LMDataModule({"name": "toy"}, 3, 8, 64)
+    dm.setup()
+    module = LanguageModel({"context_size": 3, "embed_dim": 8, "hidden_dim": 16}, {"name": "softmax"},
+                           {"name": "adam", "lr": 0.01}, dm.vocab.to_dict())
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", default_root_dir=str(tmp_path))
+    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    assert trainer.global_step == dm.train_batches() == 15

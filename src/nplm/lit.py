@@ -131,7 +131,7 @@ class LanguageModel(pl.LightningModule):
 
         No host-device sync: the loss and NLL sums stay on the device; they are read, and checked for
         a NaN/inf, every `log_every_n_steps` optimizer steps and at the end of the epoch."""
-        if isinstance(batches, tuple):  # one (context, target) batch: a loader of single batches
+        if isinstance(batches[0], torch.Tensor):  # one (context, target) batch: a loader of single batches
             batches = [batches]
         options = self.step_options
         optimizer = self.optimizers()
