@@ -121,3 +121,17 @@ def test_softmax_nll_backward_equals_cross_entropy(weights):
     ours, y.grad = y.grad.clone(), None
     (F.cross_entropy(y, target, reduction="none") * w).sum().backward()
     torch.testing.assert_close(ours, y.grad)
+
+
+def test_cpu_embedding_lookup_gives_nn_embeddings_features_and_gradient():
+    """NPLM.embed uses index_select on a CPU (a faster backward): the same values and gradient of C."""
+    torch.manual_seed(0)
+    model = NPLM(50, NPLMConfig(context_size=3, embed_dim=4, hidden_dim=5))
+    context = torch.randint(0, 50, (16, 3))
+    context[0] = 7  # a repeated id: its gradient rows add up
+    fast = model(context).square().sum()
+    (fast_grad,) = torch.autograd.grad(fast, model.C.weight)
+    slow = model.features_from_embeddings(model.C(context)).square().sum()
+    (slow_grad,) = torch.autograd.grad(slow, model.C.weight)
+    assert torch.equal(fast.detach(), slow.detach())
+    assert torch.allclose(fast_grad, slow_grad, rtol=1e-6, atol=1e-7)

@@ -76,7 +76,16 @@ class NPLM(nn.Module):
         self.feature_dim = (k * m if cfg.direct else 0) + h
 
     def forward(self, context: torch.Tensor) -> torch.Tensor:
-        return self.features_from_embeddings(self.C(context))  # C(context): [B, n-1, m]
+        return self.features_from_embeddings(self.embed(context))
+
+    def embed(self, context: torch.Tensor) -> torch.Tensor:
+        """C(context): `[B, n-1]` ids -> `[B, n-1, m]`. On a CPU with a dense gradient this is
+        `index_select`, whose backward (`index_add_` into zeros) is 2-3x faster there than
+        nn.Embedding's (experiments/bench: 24 vs 78 us for the Tiny Shakespeare model's batch);
+        elsewhere nn.Embedding (a row-sparse gradient; CUDA's deterministic backward)."""
+        if self.C.sparse or context.device.type != "cpu":
+            return self.C(context)
+        return self.C.weight.index_select(0, context.reshape(-1)).view(*context.shape, -1)
 
     def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
         """Features from context vectors `[B, n-1, m]`; used directly for out-of-vocabulary words,
