@@ -11,7 +11,9 @@ Under DDP a Lightning step stays one batch (DDP's gradient reducer pairs each ba
 forward through its wrapper). The trainer options that count batches keep meaning batches: `ExecutionPlan` turns them into
 Lightning's units (groups of S batches), lowers S where an interval needs it (S divides the
 validation interval), and hands the options Lightning does not support under manual optimization
-(gradient clipping, accumulation) and the logging interval to the module.
+(gradient clipping, accumulation) and the logging interval to the module. `train/loss` is logged
+after the group in which each `log_every_n_steps`-th batch falls, at that group's last optimizer step
+on the loggers' axis (which counts optimizer steps, as with one batch per step).
 """
 
 from __future__ import annotations
