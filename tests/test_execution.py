@@ -131,3 +131,39 @@ def test_a_loader_of_single_batches_trains_too(tmp_path):
                          enable_model_summary=False, accelerator="cpu", default_root_dir=str(tmp_path))
     trainer.fit(module, train_dataloaders=dm.train_dataloader())
     assert trainer.global_step == dm.train_batches() == 15
+
+
+def test_a_callback_on_the_per_batch_hooks_gets_them_and_the_same_training(tmp_path):
+    """With a callback on on_after_backward / on_before_optimizer_step the step goes through Lightning
+    (manual_backward, LightningOptimizer.step): every hook fires once per batch, and the model is the
+    one the direct path trains."""
+    import pytorch_lightning as pl
+
+    from nplm.data.datamodule import LMDataModule
+    from nplm.lit import LanguageModel
+
+    class Count(pl.Callback):
+        backward = steps = 0
+
+        def on_after_backward(self, trainer, pl_module):
+            Count.backward += 1
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            Count.steps += 1
+
+    weights = []
+    for callbacks in ([], [Count()]):
+        pl.seed_everything(0, verbose=False)
+        dm = LMDataModule({"name": "toy"}, 3, 8, 64)
+        dm.setup()
+        dm.group_training(4)
+        module = LanguageModel({"context_size": 3, "embed_dim": 8, "hidden_dim": 16}, {"name": "softmax"},
+                               {"name": "adam", "lr": 0.01}, dm.vocab.to_dict())
+        trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator="cpu", callbacks=callbacks,
+                             default_root_dir=str(tmp_path))
+        trainer.fit(module, train_dataloaders=dm.train_dataloader())
+        assert module._direct is (not callbacks)
+        weights.append(module.head.out.weight.detach().clone())
+    assert (Count.backward, Count.steps) == (30, 30)
+    assert torch.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7)

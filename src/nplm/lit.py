@@ -89,13 +89,14 @@ class LanguageModel(pl.LightningModule):
     def _direct_steps_possible(self) -> bool:
         """Whether the training step may call `loss.backward()` and the torch optimizer itself rather
         than through Lightning (`manual_backward`, `LightningOptimizer.step`): one process, no loss
-        scaling (16-mixed), and no callback listening to the per-batch backward/optimizer hooks. The
-        hooks' rounds cost ~0.1 ms per batch, as much as a small model's backward."""
+        scaling (16-mixed), and no callback (or subclass) listening to the per-batch backward/optimizer
+        hooks. The hooks' rounds cost ~0.1 ms per batch, as much as a small model's backward."""
         from pytorch_lightning.strategies import SingleDeviceStrategy
 
         hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad")
         listening = [c for c in self.trainer.callbacks for h in hooks
                      if getattr(type(c), h) is not getattr(pl.Callback, h)]
+        listening += [h for h in hooks if getattr(type(self), h) is not getattr(pl.LightningModule, h)]  # a subclass
         return (isinstance(self.trainer.strategy, SingleDeviceStrategy) and not listening
                 and getattr(self.trainer.precision_plugin, "scaler", None) is None)
 
