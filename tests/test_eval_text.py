@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from conftest import compose_cfg
 from nplm.evaluate import evaluate, main
@@ -66,3 +67,19 @@ def test_truncated_checkpoint_and_undecodable_text_are_refused(text_run, tmp_pat
     with pytest.raises(SystemExit):
         main([record["best_checkpoint"], "--text", str(few)])
     assert capsys.readouterr().err == f"nplm: error: --text={few}: has 2 tokens; the model needs at least 3\n"
+
+
+def test_eval_prints_progress_lines_on_stderr_only(text_run, capsys):
+    from nplm.checkpoint import load_model
+    from nplm.data.windows import Windows
+    from nplm.evaluate import perplexity
+
+    record, _, _ = text_run
+    module = load_model(record["best_checkpoint"])
+    windows = Windows(torch.arange(50) % len(module.vocab), 2)  # 48 windows, batches of 10
+    result = perplexity(module, windows, batch_size=10, interval=0.0)  # every batch is due
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and result["tokens"] == 48
+    assert [line.split("  ")[0] for line in lines] == [f"nplm-eval: batch {i}/5" for i in range(1, 6)]
+    assert lines[-1].endswith("ETA 0s") and "tokens/s" in lines[0]

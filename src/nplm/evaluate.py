@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from typing import TYPE_CHECKING
 
 from nplm import cli_args as arg
@@ -22,18 +24,26 @@ if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a
     from nplm.lit import LanguageModel
 
 
-def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024) -> dict:
-    """exp(sum of per-token NLL / tokens) over every window, in float64."""
+def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0) -> dict:
+    """exp(sum of per-token NLL / tokens) over every window, in float64. A progress line goes to stderr
+    every `interval` seconds (stdout keeps only the result)."""
     import torch
 
     from nplm.data.windows import BatchIndices
+    from nplm.progress import duration
 
     nll_sum, tokens = 0.0, 0
-    for idx in BatchIndices(len(windows), batch_size, shuffle=False):
+    batches = BatchIndices(len(windows), batch_size, shuffle=False)
+    start = last = time.monotonic()
+    for i, idx in enumerate(batches, 1):
         context, target = windows[idx]
         with torch.no_grad():
             nll_sum += module.nll(context, target).double().sum().item()
         tokens += target.numel()
+        if (now := time.monotonic()) - last >= interval:
+            last = now
+            print(f"nplm-eval: batch {i}/{len(batches)}  {tokens / (now - start):,.0f} tokens/s  "
+                  f"ETA {duration((len(batches) - i) * (now - start) / i)}", file=sys.stderr, flush=True)
     return {"ppl": math.exp(nll_sum / tokens), "nll_per_token": nll_sum / tokens, "tokens": tokens}
 
 
