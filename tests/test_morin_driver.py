@@ -19,8 +19,9 @@ def driver():
     return module
 
 
-def record(valid: list[float], status: str = "finished") -> dict:
-    return {"status": status, "history": [{"val/ppl": v} for v in valid]}
+def record(valid: list[float], status: str = "finished", last_epoch_s: float = 60.0) -> dict:
+    times = [60.0] * (len(valid) - 1) + [last_epoch_s]
+    return {"status": status, "history": [{"val/ppl": v, "train/epoch_time_s": t} for v, t in zip(valid, times)]}
 
 
 def test_a_row_has_converged_when_patience_epochs_passed_its_best():
@@ -29,6 +30,9 @@ def test_a_row_has_converged_when_patience_epochs_passed_its_best():
     assert run.converged(record([300, 250, 240, 241, 245]))  # best at epoch 3, two worse after it
     assert not run.converged(record([300, 250, 240, 241]))  # stopped by the budget one epoch after the best
     assert not run.converged(record([300, 250, 240, 241, 245], status="running"))
+    # the second epoch after the best cut short by the budget (stop_at): not early stopping, as in the
+    # Bengio driver's stopped_by (one definition, nplm.replication)
+    assert not run.converged(record([300, 250, 240, 241, 245], last_epoch_s=10.0))
     assert run.converged(record(list(range(run.MAX_EPOCHS, 0, -1))))  # the safety net
 
 

@@ -21,8 +21,8 @@ import os
 import time
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, best_epoch, class_ngram, corpus_datamodule, load_result, machine, run_summary,
-                              train_row, valid_test, write_result)
+from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary,
+                              stopped_by, train_row, valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -107,17 +107,6 @@ def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | 
     write_result(RESULTS, name, result)
     print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
           f"{mixed['test']['mix_fixed']:.1f}", flush=True)
-
-
-def stopped_by(history: list[dict], patience: int) -> str:
-    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
-    epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
-    times = sorted(r["train/epoch_time_s"] for r in history)
-    partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
-    best = best_epoch(history)
-    if partial:
-        return f"time limit ({len(history) - best} epochs after the best)"
-    return "early stopping" if len(history) - best >= patience else "epoch limit"
 
 
 # -- the README ------------------------------------------------------------------------------------

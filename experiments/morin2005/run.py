@@ -38,8 +38,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, ROOT, best_epoch, class_ngram, corpus_datamodule, load_result, machine, read_record,
-                              run_summary, train_row, valid_test, write_result)
+from nplm.replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+                              run_summary, stopped_by, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
@@ -189,7 +189,7 @@ def converged(record: dict) -> bool:
     history = record.get("history") or []
     if record.get("status") != "finished" or not history:
         return False
-    return len(history) - best_epoch(history) >= PATIENCE or len(history) >= MAX_EPOCHS
+    return stopped_by(history, PATIENCE) == "early stopping" or len(history) >= MAX_EPOCHS
 
 
 def train_network(row: str, threads: int, rerun: bool) -> None:

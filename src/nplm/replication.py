@@ -92,6 +92,17 @@ def best_epoch(history: list[dict]) -> int:
     return 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
 
 
+def stopped_by(history: list[dict], patience: int) -> str:
+    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
+    epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
+    times = sorted(r["train/epoch_time_s"] for r in history)
+    partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+    best = best_epoch(history)
+    if partial:
+        return f"time limit ({len(history) - best} epochs after the best)"
+    return "early stopping" if len(history) - best >= patience else "epoch limit"
+
+
 def run_summary(record: dict, command: str) -> dict:
     """The figures a replication table reports about one finished run."""
     history = record["history"]
