@@ -197,10 +197,10 @@ class LanguageModel(pl.LightningModule):
         mean = self._window_loss / self._window_steps
         with self._sync_mode("default"):  # the one read of the device every log_every_n_steps steps
             if not torch.isfinite(mean):
-                last = self.global_step
+                last = self._epoch_batches  # batches of this epoch trained so far, the window's the last ones
                 raise UserError(
-                    f"training loss became {mean.item()} between steps {last - self._window_steps + 1} and "
-                    f"{last + 1} (epoch {self.current_epoch}); lower the learning rate, e.g. "
+                    f"training loss became {mean.item()} between batches {last - self._window_steps + 1} and "
+                    f"{last} (epoch {self.current_epoch}); lower the learning rate, e.g. "
                     f"optimizer.lr={self.optim_cfg.lr / 10:g}"
                 )
         self.log("train/loss", mean, prog_bar=True)
