@@ -154,7 +154,7 @@ def test_non_utf8_corpus_file_names_the_offset_and_the_setting(tmp_path):
 
 
 def test_nan_loss_stops_and_names_the_step(tmp_path):
-    expect_error(tmp_path, r"^training loss became (nan|inf) between batches \d+ and \d+ \(epoch \d+\); lower the learning rate, "
+    expect_error(tmp_path, r"^training loss became (nan|inf) (in batch \d+|between batches \d+ and \d+) \(epoch \d+\); lower the learning rate, "
                  r"e.g. optimizer.lr=1e\+29", *TOY_FAST, "optimizer=sgd", "optimizer.lr=1e30")
 
 

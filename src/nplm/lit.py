@@ -198,11 +198,10 @@ class LanguageModel(pl.LightningModule):
         with self._sync_mode("default"):  # the one read of the device every log_every_n_steps steps
             if not torch.isfinite(mean):
                 last = self._epoch_batches  # batches of this epoch trained so far, the window's the last ones
-                raise UserError(
-                    f"training loss became {mean.item()} between batches {last - self._window_steps + 1} and "
-                    f"{last} (epoch {self.current_epoch}); lower the learning rate, e.g. "
-                    f"optimizer.lr={self.optim_cfg.lr / 10:g}"
-                )
+                first = last - self._window_steps + 1
+                where = f"in batch {last}" if first == last else f"between batches {first} and {last}"
+                raise UserError(f"training loss became {mean.item()} {where} (epoch {self.current_epoch}); lower "
+                                f"the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}")
         self.log("train/loss", mean, prog_bar=True)
         self._reset_window()
 
