@@ -36,6 +36,10 @@ class LanguageModel(pl.LightningModule):
     `test/ppl` (token-weighted over the whole split), `train/tokens_per_s` and `train/lr`.
 
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
+
+    Training uses Lightning's manual optimization (`training_step` steps the optimizer once per batch,
+    for several batches per call: `nplm.execution`). With your own `pl.Trainer`, set gradient
+    clipping and accumulation on `step_options`, not on the Trainer (Lightning refuses them there).
     """
 
     def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None,
