@@ -199,3 +199,17 @@ def test_resume_names_every_changed_override(tmp_path):
         resolve_resume(f"{old}", fresh, ["seed=2"])
     assert resolve_resume(True, fresh, ["seed=2"], allow_changes=True) == (old, old / "checkpoints" / "last.ckpt")
     assert resolve_resume(True, fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
+
+
+def test_a_new_deadline_or_grouping_is_the_same_job(tmp_path):
+    """stop_at (a driver's wall-clock budget) and steps_per_execution do not change what is trained: a
+    second call with other values finds the finished run (and would resume a killed one)."""
+    import time
+
+    args = ["corpus=toy", "threads=1", "logger=none", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'a'}"]
+    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 3600:.0f}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = nplm_train(tmp_path, *args[:-1], f"hydra.run.dir={tmp_path / 'b'}", f"stop_at={time.time() + 7200:.0f}",
+                       "steps_per_execution=4", "resume=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished" in again.stdout + again.stderr

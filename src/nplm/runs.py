@@ -24,7 +24,8 @@ HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra writes into a job folder befo
 # What a run writes as it trains; a fresh start in an old job folder removes them first.
 RUN_OUTPUTS = ("metrics.csv", "csv", "checkpoints", "wandb", "wandb_id.txt")
 # Keys that change how a run is watched or continued, not what it trains.
-NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval")
+NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval",
+                "stop_at", "steps_per_execution")  # (a wall-clock deadline; the same updates, grouped)
 
 
 def _key(override: str) -> str:
