@@ -199,6 +199,9 @@ def test_resume_names_every_changed_override(tmp_path):
         resolve_resume(f"{old}", fresh, ["seed=2"])
     assert resolve_resume(True, fresh, ["seed=2"], allow_changes=True) == (old, old / "checkpoints" / "last.ckpt")
     assert resolve_resume(True, fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
+    # a record that still lists a key which no longer counts (stop_at, written before it joined NOT_TRAINING)
+    (old / "metrics.json").write_text(json.dumps({"status": "running", "overrides": ["seed=1", "stop_at=1"]}))
+    assert resolve_resume(f"{old}", fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
 
 
 def test_a_new_deadline_or_grouping_is_the_same_job(tmp_path):

@@ -38,7 +38,12 @@ def job_overrides() -> list[str]:
 
     if not HydraConfig.initialized():
         return []
-    return sorted(o for o in HydraConfig.get().overrides.task if _key(o) not in NOT_TRAINING)
+    return training_overrides(HydraConfig.get().overrides.task)
+
+
+def training_overrides(overrides: list[str]) -> list[str]:
+    """`overrides` without those in NOT_TRAINING, sorted (also for records written before a key joined it)."""
+    return sorted(o for o in overrides if _key(o) not in NOT_TRAINING)
 
 
 def override_changes(stored: list[str], current: list[str]) -> list[str]:
@@ -66,7 +71,7 @@ def read_record(run_dir: Path) -> dict | None:
 def finished_job(out_dir: Path, overrides: list[str]) -> dict | None:
     """metrics.json of a finished job with these overrides in `out_dir`, else None."""
     record = read_record(out_dir)
-    if record and record.get("status") == "finished" and record.get("overrides") == overrides:
+    if record and record.get("status") == "finished" and training_overrides(record.get("overrides") or []) == overrides:
         return {**record, "dir": str(out_dir)}
     return None
 
@@ -96,7 +101,7 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
     if resume in (True, "true"):
         runs = sorted((p for p in out_dir.parent.iterdir() if p.is_dir() and p != out_dir and _last_checkpoint(p)),
                       key=lambda p: p.stat().st_mtime, reverse=True) if out_dir.parent.is_dir() else []
-        same = [p for p in runs if read_record(p) and read_record(p).get("overrides") == overrides]
+        same = [p for p in runs if (r := read_record(p)) and training_overrides(r.get("overrides") or []) == overrides]
         unfinished = [p for p in same if read_record(p).get("status") != "finished"]
         if not runs:
             log.warning("resume=true: no run with a checkpoint in %s; starting afresh", out_dir.parent)
@@ -119,7 +124,7 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
 
 
 def _check_same(run_dir: Path, record: dict, overrides: list[str], allow_changes: bool) -> None:
-    changes = override_changes(record.get("overrides") or [], overrides)
+    changes = override_changes(training_overrides(record.get("overrides") or []), overrides)
     if not changes:
         return
     if not allow_changes:
