@@ -28,7 +28,9 @@ def test_plan_keeps_batch_counts_in_batches(trainer, size, lightning, per_epoch)
     """An epoch of 100 batches, S = 16 asked for."""
     plan = ExecutionPlan.build(trainer, 100, 16)
     assert (plan.batches_per_step, plan.train_batches, plan.trainer_options) == (size, per_epoch, lightning)
-    assert plan.lightning_steps == -(-per_epoch // size)
+    # what Lightning sees: the training loader's groups
+    grouped = GroupedBatches(BatchIndices(100 * 8, 8, shuffle=False), plan.batches_per_step, plan.train_batches)
+    assert len(grouped) == len(list(grouped)) == -(-per_epoch // size)
 
 
 def test_plan_keeps_one_batch_per_step_under_ddp():

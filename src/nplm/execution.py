@@ -66,8 +66,3 @@ class ExecutionPlan:
                            accumulate_grad_batches=int(options.pop("accumulate_grad_batches", 1) or 1))
         options["log_every_n_steps"] = 1  # the module decides when to log, in optimizer steps
         return cls(size, batches, step, options)
-
-    @property
-    def lightning_steps(self) -> int:
-        """Lightning steps per training epoch."""
-        return -(-self.train_batches // self.batches_per_step)
