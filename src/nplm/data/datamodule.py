@@ -112,12 +112,14 @@ class LMDataModule(pl.LightningDataModule):
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
                                     f"of {batch_size} windows); use at least {1 / batches:.3g}, or a count like 1")
 
+    def _train_windows(self) -> int:
+        """Training windows per epoch: all, or the first `overfit_batches` batches' worth."""
+        n = len(self.windows["train"])
+        return min(n, self.overfit_batches * self.batch_size) if self.overfit_batches > 0 else n
+
     def train_batches(self) -> int:
         """Batches in a training epoch (all of them; before trainer.limit_train_batches)."""
-        n = len(self.windows["train"])
-        if self.overfit_batches > 0:
-            n = min(n, self.overfit_batches * self.batch_size)
-        return -(-n // self.batch_size)
+        return -(-self._train_windows() // self.batch_size)
 
     def group_training(self, size: int, limit: int | None = None) -> None:
         """The training loader yields lists of `size` consecutive batches, `limit` batches per epoch
@@ -130,8 +132,7 @@ class LMDataModule(pl.LightningDataModule):
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
         dataset = self.windows[split]
         if self.overfit_batches > 0:  # the same few training batches, in order, for every stage
-            n = min(len(self.windows["train"]), self.overfit_batches * self.batch_size)
-            dataset = Windows(self.windows["train"].ids[: n + self.context_size], self.context_size)
+            dataset = Windows(self.windows["train"].ids[: self._train_windows() + self.context_size], self.context_size)
             batch_size, shuffle = self.batch_size, False
         rank, world, epoch_fn, device = 0, 1, None, torch.device("cpu")
         if self.trainer is not None:
