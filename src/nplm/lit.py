@@ -239,7 +239,7 @@ class LanguageModel(pl.LightningModule):
             if config.interval != "epoch":
                 continue
             if isinstance(config.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                metric = self.trainer.callback_metrics.get("val/ppl")  # build_optimizer's monitor
+                metric = self.trainer.callback_metrics.get(self._plateau_monitor)
                 if metric is not None:  # no validation this epoch: nothing to judge by
                     config.scheduler.step(metric)
             else:
@@ -267,7 +267,8 @@ class LanguageModel(pl.LightningModule):
     def configure_optimizers(self):
         config = build_optimizer(self, self.optim_cfg)
         if isinstance(config, dict):  # manual optimization: training_step and _step_epoch_schedulers step them
-            config["lr_scheduler"] = {k: v for k, v in config["lr_scheduler"].items() if k != "monitor"}
+            # (Lightning ignores, with a warning, a monitor under manual optimization: kept here instead)
+            self._plateau_monitor = config["lr_scheduler"].pop("monitor", None)
         return config
 
     # -- checkpoints -----------------------------------------------------------------------
