@@ -17,12 +17,12 @@ from nplm.execution import ExecutionPlan
 
 
 @pytest.mark.parametrize("trainer, size, lightning, per_epoch", [
-    ({}, 16, {"log_every_n_steps": 1}, 100),
-    ({"val_check_interval": 1.0}, 16, {"val_check_interval": 1.0, "log_every_n_steps": 1}, 100),
-    ({"val_check_interval": 50}, 2, {"val_check_interval": 25, "log_every_n_steps": 1}, 100),  # S = gcd(16, 50)
-    ({"val_check_interval": 0.25}, 1, {"val_check_interval": 25, "log_every_n_steps": 1}, 100),  # every 25 batches
-    ({"limit_train_batches": 10}, 10, {"log_every_n_steps": 1}, 10),
-    ({"limit_train_batches": 0.5}, 16, {"log_every_n_steps": 1}, 50),
+    ({}, 16, {}, 100),
+    ({"val_check_interval": 1.0}, 16, {"val_check_interval": 1.0}, 100),
+    ({"val_check_interval": 50}, 2, {"val_check_interval": 25}, 100),  # S = gcd(16, 50)
+    ({"val_check_interval": 0.25}, 1, {"val_check_interval": 25}, 100),  # every 25 batches
+    ({"limit_train_batches": 10}, 10, {}, 10),
+    ({"limit_train_batches": 0.5}, 16, {}, 50),
 ])
 def test_plan_keeps_batch_counts_in_batches(trainer, size, lightning, per_epoch):
     """An epoch of 100 batches, S = 16 asked for."""
@@ -42,7 +42,7 @@ def test_plan_hands_clipping_accumulation_and_logging_to_the_module():
                                 "accumulate_grad_batches": 4, "log_every_n_steps": 7}, 100, 16)
     assert (plan.step_options.gradient_clip_val, plan.step_options.gradient_clip_algorithm,
             plan.step_options.accumulate_grad_batches, plan.step_options.log_every_n_steps) == (0.5, "value", 4, 7)
-    assert plan.trainer_options == {"log_every_n_steps": 1}
+    assert plan.trainer_options == {"log_every_n_steps": 7}
 
 
 def test_grouped_batches_are_the_single_batches_in_order():
@@ -78,7 +78,8 @@ def test_any_steps_per_execution_trains_as_one_batch_per_step(tmp_path, extra):
     for size in (1, 3, 16):
         metrics = _train(tmp_path / str(size), f"steps_per_execution={size}", *extra)
         results.append((metrics["val/ppl_best"], metrics["test/ppl"], metrics["train/lr"]))
-        assert _checkpoint(tmp_path / str(size))["global_step"] == (10 if "trainer.accumulate_grad_batches=3" in extra else 30)
+        steps = 10 if "trainer.accumulate_grad_batches=3" in extra else 30
+        assert _checkpoint(tmp_path / str(size))["global_step"] == steps
     for got in results[1:]:
         assert got == pytest.approx(results[0], rel=1e-6)
 
@@ -103,6 +104,8 @@ def test_logged_steps_count_optimizer_steps(tmp_path):
     # 15 batches per epoch in groups of 4, 4, 4, 3: the last batch (0-based) of each group in which a
     # multiple of 5 fell (batches 1-based 5, 10, 15 | 20, 25, 30; none in 16-19)
     assert steps == [7, 11, 14, 22, 26, 29]
+    losses = [r["train/loss"] for r in rows if r.get("train/loss")]
+    assert len(losses) == len(set(losses))  # each written once, not again at every later step
     assert max(int(r["step"]) for r in rows) == 30  # the epoch rows: after 2 epochs of 15 batches
 
 
@@ -169,3 +172,18 @@ def test_a_callback_on_the_per_batch_hooks_gets_them_and_the_same_training(tmp_p
         weights.append(module.head.out.weight.detach().clone())
     assert (Count.backward, Count.steps) == (30, 30)
     assert torch.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7)
+
+
+def test_logged_steps_count_optimizer_steps_under_accumulation(tmp_path):
+    """accumulate_grad_batches=3: 15 batches are 5 optimizer steps per epoch; train/loss every 2 of them."""
+    _train(tmp_path, "logger=csv", "steps_per_execution=4", "trainer.log_every_n_steps=2",
+           "trainer.accumulate_grad_batches=3")
+    rows = list(csv.DictReader(open(next((tmp_path / "run").rglob("csv/**/metrics.csv")))))
+    within = [int(r["step"]) for r in rows if r.get("train/loss") and not r.get("epoch")]
+    # per epoch, groups of 4 batches end after optimizer steps 1, 2, 4, 5; the second epoch's after 6, 7, 9, 10:
+    # a log where an even step was passed, at the group's last step (0-based on the axis)
+    assert within == [1, 3, 5, 8, 9]
+    losses = [r["train/loss"] for r in rows if r.get("train/loss")]
+    # no value written twice; the first epoch-end window is the sixth (the second is empty)
+    assert len(losses) == len(set(losses)) == 6
+    assert max(int(r["step"]) for r in rows) == 10  # the epoch rows: after 2 epochs of 5 optimizer steps

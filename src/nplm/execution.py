@@ -11,9 +11,9 @@ Under DDP a Lightning step stays one batch (DDP's gradient reducer pairs each ba
 forward through its wrapper). The trainer options that count batches keep meaning batches: `ExecutionPlan` turns them into
 Lightning's units (groups of S batches), lowers S where an interval needs it (S divides the
 validation interval), and hands the options Lightning does not support under manual optimization
-(gradient clipping, accumulation) and the logging interval to the module. `train/loss` is logged
-after the group in which each `log_every_n_steps`-th batch falls, at that group's last optimizer step
-on the loggers' axis (which counts optimizer steps, as with one batch per step).
+(gradient clipping, accumulation) to the module, which also decides when to log: `train/loss` is
+logged after the group in which each `log_every_n_steps`-th optimizer step falls, at that group's last
+optimizer step on the loggers' axis (which counts optimizer steps, as with one batch per step).
 """
 
 from __future__ import annotations
@@ -64,5 +64,4 @@ class ExecutionPlan:
                            gradient_clip_val=options.pop("gradient_clip_val", None),
                            gradient_clip_algorithm=options.pop("gradient_clip_algorithm", None) or "norm",
                            accumulate_grad_batches=int(options.pop("accumulate_grad_batches", 1) or 1))
-        options["log_every_n_steps"] = 1  # the module decides when to log, in optimizer steps
         return cls(size, batches, step, options)

@@ -145,6 +145,7 @@ class LanguageModel(pl.LightningModule):
         log_every = options.log_every_n_steps or self.trainer.log_every_n_steps
         nlls, losses = [], []  # the batches' [B] and [] tensors, summed once per group
         done = tokens = 0
+        steps_before = self.global_step
         last = len(batches) - 1 if self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch else -1
         with self._sync_mode("error" if self.global_step > 0 else "default"):  # the first step compiles
             for i, (context, target) in enumerate(batches):
@@ -169,10 +170,11 @@ class LanguageModel(pl.LightningModule):
         self._window_loss += group_loss
         self._window_steps += done
         self._epoch_tokens += tokens
-        if self._window_steps and (self.global_step // log_every > (self.global_step - done) // log_every):
-            self._log_window()  # a multiple of log_every_n_steps was passed in this group
-        # Lightning counts this call as one step on its loggers' axis; make it `done` (optimizer steps)
-        self.trainer.fit_loop.epoch_loop._batches_that_stepped += max(done - 1, 0)
+        if self.global_step // log_every > steps_before // log_every:
+            self._log_window()  # a multiple of log_every_n_steps optimizer steps was passed in this group
+        # Lightning adds one step per call to its loggers' axis; make the axis count optimizer steps, as
+        # it does for automatic optimization (gradient accumulation included)
+        self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step - 1
         return {"loss": group_loss / done, "batches": done, "tokens": tokens}
 
     def _optimizer_step(self, optimizer, schedulers: list) -> None:
@@ -193,9 +195,13 @@ class LanguageModel(pl.LightningModule):
         for scheduler in schedulers:
             scheduler.step()
 
-    def _log_window(self) -> None:
+    def _log_window(self, epoch_end: bool = False) -> None:
         """Log the mean training loss since the last call; a non-finite sum (one NaN or inf step makes
-        it so for good) stops training with a one-line error."""
+        it so for good) stops training with a one-line error.
+
+        Inside the epoch the value goes to the loggers themselves, at the last optimizer step's place on
+        their axis: `self.log` would leave it in Lightning's step results, which Lightning writes again
+        at every later step it flushes (each step of several batches) until a new value comes."""
         if self._window_steps == 0:
             return
         mean = self._window_loss / self._window_steps
@@ -206,7 +212,11 @@ class LanguageModel(pl.LightningModule):
                 where = f"in batch {last}" if first == last else f"between batches {first} and {last}"
                 raise UserError(f"training loss became {mean.item()} {where} (epoch {self.current_epoch}); lower "
                                 f"the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}")
-        self.log("train/loss", mean, prog_bar=True)
+        if epoch_end:
+            self.log("train/loss", mean, prog_bar=True)
+        else:
+            for logger in self.loggers:
+                logger.log_metrics({"train/loss": mean.item()}, step=self.global_step - 1)
         self._reset_window()
 
     def _validating_inside_fit(self) -> bool:
@@ -221,7 +231,7 @@ class LanguageModel(pl.LightningModule):
             self._clock = time.perf_counter()
 
     def on_train_epoch_end(self) -> None:
-        self._log_window()
+        self._log_window(epoch_end=True)
         seconds = self._train_seconds + (time.perf_counter() - self._clock)
         strategy = self.trainer.strategy
         nll_sum = strategy.reduce(self._nll_sum, reduce_op="sum")
