@@ -168,6 +168,36 @@ def test_multi_code_tree_sums_over_codes_and_stays_normalised_over_words(node_fo
     torch.testing.assert_close(log_probs[0, w].exp(), by_hand)
 
 
+@pytest.mark.parametrize("runs", [1, 2])
+@pytest.mark.parametrize("node_form", ["morin_bengio", "logistic"])
+def test_compact_path_scores_equal_the_padded_ones_with_their_gradients(node_form, runs):
+    """On a CPU `nll` scores only the real turns (`_log_prob_compact`); GPUs and torch.compile use the
+    padded paths. Same values and gradients, on an unbalanced tree (eps 0) and a multi-code one."""
+    from nplm.trees.mixture_tree import mixture_tree
+
+    gen = torch.Generator().manual_seed(1)
+    vectors = torch.randn(40, 4, generator=gen, dtype=torch.float64).numpy()
+    tree = mixture_tree(vectors, seed=0, split="adaptive", eps=0.3 if runs > 1 else 0.0, runs=runs)
+    nodes, _, lengths = tree.paths()
+    assert lengths.min() < nodes.shape[1]  # some paths are padded
+    head = HierarchicalHead(6, tree, node_form=node_form).double()
+    features = torch.randn(9, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 40, (9,), generator=gen)
+    grads = []
+    for log_prob in (head._log_prob_compact, head._log_prob_padded):
+        head.zero_grad()
+        features.grad = None
+        value = log_prob(features, target)
+        (value * torch.arange(1.0, 10.0, dtype=torch.float64)).sum().backward()
+        grads.append((value.detach(), features.grad.clone(), [p.grad.clone() for p in head.parameters()]))
+    (v1, f1, p1), (v2, f2, p2) = grads
+    torch.testing.assert_close(v1, v2)
+    torch.testing.assert_close(f1, f2)
+    for a, b in zip(p1, p2):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(head.nll(features, target), -v1)
+
+
 def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path):
     from conftest import TOY_FAST
 
