@@ -196,6 +196,15 @@ def test_compact_path_scores_equal_the_padded_ones_with_their_gradients(node_for
     for a, b in zip(p1, p2):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(head.nll(features, target), -v1)
+    padded_turns = nodes.shape[1] * (head.word_leaves.shape[1] if runs > 1 else 1)
+    assert head.compact_on_cpu == (padded_turns > 1.25 * lengths.sum().item() / 40)
+
+
+def test_a_balanced_tree_keeps_the_padded_paths():
+    from nplm.trees.tree import Tree, balanced_nested
+
+    tree = Tree.from_nested(balanced_nested(list(range(16))), 16)  # depth 4 everywhere
+    assert not HierarchicalHead(6, tree, node_form="logistic").compact_on_cpu
 
 
 def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path):
