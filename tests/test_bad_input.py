@@ -72,6 +72,7 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
                      "embed_dim, hidden_dim, sparse_embeddings"),
     ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, compile, corpus, data, "),
     ("tree=file", "tree.path=???: must be set for tree=file: the path of a file (e.g. tree.path=<run>/tree.json)"),
+    ("head=hierarchical head.node_init=uniform", "head.node_init=uniform: must be one of: random, zero, unigram"),
     ("head=adaptive head.cutoffs=[3,2]", "head.cutoffs=[3,2]: must be a non-empty list of increasing integers >= 1, "
                                          "e.g. [2000,10000] or null"),
     ("optimizer.lr_decay=0.1 optimizer.plateau_factor=0.5",

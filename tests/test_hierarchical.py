@@ -215,3 +215,30 @@ def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, t
     with pytest.raises(UserError, match=r"tree.bootstrap_checkpoint=.*trained on another vocabulary \(42 words\) than this corpus. \(10\)"):
         run_train("experiment=toy_hsm", "corpus.max_vocab=10", "tree=learned", f"tree.bootstrap_checkpoint={first}",
                   "paths.output_dir=" + str(tmp_path / "second"))
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+def test_unigram_node_init_makes_the_untrained_tree_the_unigram_model(runs):
+    """head.node_init=unigram: node biases log(right mass / left mass); with the node vectors at zero
+    the tree's distribution is (count + 1) / total, also when words have several codes."""
+    from nplm.trees.mixture_tree import mixture_tree
+
+    gen = torch.Generator().manual_seed(2)
+    tree = mixture_tree(torch.randn(20, 3, generator=gen, dtype=torch.float64).numpy(), seed=0,
+                        eps=0.3 if runs > 1 else 0.0, runs=runs)
+    counts = torch.randint(0, 50, (20,), generator=gen).tolist()
+    head = HierarchicalHead(4, tree, node_form="logistic", node_init="unigram", counts=counts).double()
+    head.q.data.zero_()
+    expected = (torch.tensor(counts, dtype=torch.float64) + 1) / (sum(counts) + 20)
+    torch.testing.assert_close(head.log_probs(torch.randn(3, 4, dtype=torch.float64)).exp(), expected.expand(3, 20))
+
+
+def test_zero_node_init_starts_every_turn_at_one_half():
+    from nplm.trees.tree import Tree, balanced_nested
+
+    tree = Tree.from_nested(balanced_nested(list(range(16))), 16)
+    for form in ("logistic", "morin_bengio"):
+        head = HierarchicalHead(4, tree, node_form=form, node_init="zero")
+        if form == "morin_bengio":
+            head.alpha.data.zero_(), head.W.weight.data.zero_(), head.W.bias.data.zero_()
+        torch.testing.assert_close(head.log_probs(torch.randn(3, 4)).exp(), torch.full((3, 16), 1 / 16))

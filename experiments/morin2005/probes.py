@@ -36,6 +36,8 @@ PROBES = {  # probe: overrides on top of BASE (the baseline: balanced tree, Mori
     "softmax-lr-3e-3": ["head=softmax", "optimizer.lr=0.003"],
     "lr-3e-3": ["optimizer.lr=0.003"],
     "logistic-lr-3e-3": ["head.node_form=logistic", "optimizer.lr=0.003"],
+    "logistic-zero-init": ["head.node_form=logistic", "head.node_init=zero"],
+    "logistic-unigram-init": ["head.node_form=logistic", "head.node_init=unigram"],
     "brown-logistic": ["tree=brown", "head.node_form=logistic"],
     "random-logistic": ["tree=random", "head.node_form=logistic"],
     # learned trees clustering the random-logistic probe's model ({random-logistic}: its best checkpoint)

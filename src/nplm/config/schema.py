@@ -83,7 +83,8 @@ HEAD = Group(options={
     "adaptive": {"cutoffs": IntList(1, nullable=True), "div_value": Float(gt=0)},
     "importance_sampling": {"num_samples": Int(1), "proposal_power": Float(ge=0)},
     "hierarchical": {"node_form": Choice(options=("morin_bengio", "logistic")), "node_dim": Int(1),
-                     "node_hidden": Int(1), "chunk_elements": Int(1)},
+                     "node_hidden": Int(1), "node_init": Choice(options=("random", "zero", "unigram")),
+                     "chunk_elements": Int(1)},
 })
 
 # -- tree --------------------------------------------------------------------------------------------

@@ -25,15 +25,18 @@ sum to 1 and each leaf has one word, so the distribution over words stays normal
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, wide, refuse_unknown_options, require_tree
+from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts, require_tree
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
+NODE_INITS = ("random", "zero", "unigram")
 COMPACT_WASTE = 1.25  # on a CPU, score only the real turns once padding would add more than 25% (nll)
 EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 exp overflows past 88)
 
@@ -44,10 +47,13 @@ class HierarchicalHead(Head):
         return True
 
     def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
-                 node_hidden: int = 16, chunk_elements: int = 1 << 20):
+                 node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "random",
+                 counts=None):
         super().__init__()
         if node_form not in NODE_FORMS:
             raise UserError(f"head.node_form={node_form!r} is not one of: {', '.join(NODE_FORMS)}")
+        if node_init not in NODE_INITS:
+            raise UserError(f"head.node_init={node_init!r} is not one of: {', '.join(NODE_INITS)}")
         if node_form == "morin_bengio" and (node_dim <= 0 or node_hidden <= 0):
             raise UserError(f"head.node_dim={node_dim} and head.node_hidden={node_hidden} must be >= 1")
         self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
@@ -78,12 +84,19 @@ class HierarchicalHead(Head):
             self.U = nn.Linear(node_dim, node_hidden, bias=False)
             self.beta = nn.Parameter(torch.randn(node_hidden) * node_hidden ** -0.5)
             self.alpha = nn.Parameter(torch.zeros(I))
+        with torch.no_grad():
+            if node_init == "zero":  # word2vec's output vectors: every node starts at P(right) = 1/2
+                (self.q if node_form == "logistic" else self.N).zero_()
+            elif node_init == "unigram":
+                require_counts("head=hierarchical head.node_init=unigram", counts, tree.vocab_size)
+                (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "Head":
         require_tree("head=hierarchical", tree, vocab_size)
-        refuse_unknown_options("hierarchical", options, ("chunk_elements", "node_dim", "node_form", "node_hidden"))
-        return cls(feature_dim, tree, **options)
+        refuse_unknown_options("hierarchical", options,
+                               ("chunk_elements", "node_dim", "node_form", "node_hidden", "node_init"))
+        return cls(feature_dim, tree, **options, counts=counts)
 
     # -- node scores ------------------------------------------------------------------------
     def predicted_representation(self, features: torch.Tensor) -> torch.Tensor:
@@ -259,3 +272,20 @@ def _level_plan(tree: Tree) -> list[tuple]:
         leaves = (kids < 0).nonzero().squeeze(1)
         plan.append(((start, stop), internal, leaves, -1 - kids[leaves]))
     return plan
+
+
+def unigram_log_odds(tree: Tree, counts) -> torch.Tensor:
+    """[I]: log(mass of the right subtree / mass of the left one) per internal node, the mass being the
+    training count of the words under it (+1 per word; a multi-code word's split evenly over its
+    codes), so that with b_n = this, sigmoid(b_n) = P(right | n) and the untrained tree is the unigram
+    model."""
+    word = tree.word_of_leaf()  # [L]
+    codes = torch.bincount(word, minlength=tree.vocab_size).double()  # [V] codes per word
+    leaf_mass = ((torch.as_tensor(counts, dtype=torch.float64) + 1) / codes)[word].tolist()  # [L]
+    children = tree.children_tensor().tolist()  # [I, 2]; breadth-first: children are numbered after parents
+    mass = [0.0] * len(children)
+    log_odds = torch.zeros(len(children))
+    for n in range(len(children) - 1, -1, -1):
+        left, right = (mass[c] if c >= 0 else leaf_mass[-1 - c] for c in children[n])
+        mass[n], log_odds[n] = left + right, math.log(right / left)
+    return log_odds
