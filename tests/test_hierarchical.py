@@ -219,8 +219,8 @@ def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, t
 
 @pytest.mark.parametrize("runs", [1, 2])
 def test_unigram_node_init_makes_the_untrained_tree_the_unigram_model(runs):
-    """head.node_init=unigram: node biases log(right mass / left mass); with the node vectors at zero
-    the tree's distribution is (count + 1) / total, also when words have several codes."""
+    """head.node_init=unigram: node vectors at zero, node biases log(right mass / left mass): the
+    untrained tree's distribution is (count + 1) / total, also when words have several codes."""
     from nplm.trees.mixture_tree import mixture_tree
 
     gen = torch.Generator().manual_seed(2)
@@ -228,7 +228,6 @@ def test_unigram_node_init_makes_the_untrained_tree_the_unigram_model(runs):
                         eps=0.3 if runs > 1 else 0.0, runs=runs)
     counts = torch.randint(0, 50, (20,), generator=gen).tolist()
     head = HierarchicalHead(4, tree, node_form="logistic", node_init="unigram", counts=counts).double()
-    head.q.data.zero_()
     expected = (torch.tensor(counts, dtype=torch.float64) + 1) / (sum(counts) + 20)
     torch.testing.assert_close(head.log_probs(torch.randn(3, 4, dtype=torch.float64)).exp(), expected.expand(3, 20))
 

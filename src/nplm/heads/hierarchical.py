@@ -85,9 +85,9 @@ class HierarchicalHead(Head):
             self.beta = nn.Parameter(torch.randn(node_hidden) * node_hidden ** -0.5)
             self.alpha = nn.Parameter(torch.zeros(I))
         with torch.no_grad():
-            if node_init == "zero":  # word2vec's output vectors: every node starts at P(right) = 1/2
+            if node_init in ("zero", "unigram"):  # word2vec's node vectors: the features do not count yet
                 (self.q if node_form == "logistic" else self.N).zero_()
-            elif node_init == "unigram":
+            if node_init == "unigram":
                 require_counts("head=hierarchical head.node_init=unigram", counts, tree.vocab_size)
                 (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
 
