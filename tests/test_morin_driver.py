@@ -19,9 +19,13 @@ def driver():
     return module
 
 
-def record(valid: list[float], status: str = "finished", last_epoch_s: float = 60.0) -> dict:
+def record(valid: list[float], status: str = "finished", last_epoch_s: float = 60.0,
+           steps: list[int] | None = None) -> dict:
     times = [60.0] * (len(valid) - 1) + [last_epoch_s]
-    return {"status": status, "history": [{"val/ppl": v, "train/epoch_time_s": t} for v, t in zip(valid, times)]}
+    history = [{"val/ppl": v, "train/epoch_time_s": t} for v, t in zip(valid, times)]
+    for row, step in zip(history, steps or []):
+        row["step"] = step
+    return {"status": status, "history": history}
 
 
 def test_a_row_has_converged_when_patience_epochs_passed_its_best():
@@ -34,6 +38,10 @@ def test_a_row_has_converged_when_patience_epochs_passed_its_best():
     # Bengio driver's stopped_by (one definition, nplm.replication)
     assert not run.converged(record([300, 250, 240, 241, 245], last_epoch_s=10.0))
     assert run.converged(record(list(range(run.MAX_EPOCHS, 0, -1))))  # the safety net
+    # with the step column, whole epochs are counted in optimizer steps, not timed: a last epoch that
+    # ran faster on a shared machine is whole; one with fewer steps was cut short
+    assert run.converged(record([300, 250, 240, 241, 245], last_epoch_s=10.0, steps=[100, 200, 300, 400, 500]))
+    assert not run.converged(record([300, 250, 240, 241, 245], steps=[100, 200, 300, 400, 460]))
 
 
 def test_learned_rows_take_the_random_rows_model_after_boot_epochs_or_when_it_finished(tmp_path, monkeypatch):

@@ -94,9 +94,16 @@ def best_epoch(history: list[dict]) -> int:
 
 def stopped_by(history: list[dict], patience: int) -> str:
     """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
-    epoch), a time limit (`trainer.max_time` cuts the last epoch short), or the epoch cap."""
-    times = sorted(r["train/epoch_time_s"] for r in history)
-    partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+    epoch), a time limit (`trainer.max_time` or `stop_at` cuts the last epoch short), or the epoch cap.
+    An epoch is whole when it made as many optimizer steps as the longest epoch (the `step` column);
+    records without it fall back to its time (a cut epoch is under 0.8x the median), which a shared
+    machine's varying speed can fool."""
+    if len(history) > 1 and all("step" in r for r in history):
+        steps = [b["step"] - a["step"] for a, b in zip(history, history[1:])]
+        partial = steps[-1] < max(steps)
+    else:
+        times = sorted(r["train/epoch_time_s"] for r in history)
+        partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
     best = best_epoch(history)
     if partial:
         return f"time limit ({len(history) - best} epochs after the best)"
