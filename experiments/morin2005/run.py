@@ -79,8 +79,8 @@ NETWORKS = {  # row: (overrides, published test perplexity)
     "nplm-dropout0.25": (["experiment=morin2005/nplm", "model.dropout=0.25"], None),
     # node vectors at zero and node biases at the unigram log-odds (probes.py: logistic-unigram-init)
     **{f"hierarchical-learned{suffix}-logistic-unigram-init": (
-        ["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC, *options, "head.node_init=unigram"], None)
-       for suffix, options in LEARNED.items() if suffix in ("", "-eps0.4-x2")},
+        ["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC, *LEARNED[suffix], "head.node_init=unigram"],
+        None) for suffix in ("", "-eps0.4-x2")},
     # depth-2 trees, not in the paper: frequency-bin classes, and the top 100 subtrees of the Brown tree
     "two-level-classes": (["experiment=morin2005/class_based"], None),
     "two-level-brown": (["experiment=morin2005/class_based", "head.classes=tree", "tree=brown"], None),

@@ -178,7 +178,8 @@ class HierarchicalHead(Head):
         two-run ADAPTIVE(0.4) tree (2.2 codes per word, up to 9); on a balanced tree (13.4 of 14)
         the padded batched product is as fast, and faster without a gradient."""
         if self.multi_code:
-            example, rank = self.word_leaf_mask[target].nonzero(as_tuple=True)  # [P]: the batch's codes
+            has_code = self.word_leaf_mask[target]  # [B, K]
+            example, rank = has_code.nonzero(as_tuple=True)  # [P]: the batch's codes
             leaves = self.word_leaves[target[example], rank]  # [P]
         else:
             example, leaves = torch.arange(len(target), device=target.device), target  # [B]: one code each
@@ -193,7 +194,7 @@ class HierarchicalHead(Head):
         log_p_codes = log_p_turns.new_zeros(len(leaves)).index_add_(0, code, log_p_turns)  # [P]
         if not self.multi_code:
             return log_p_codes
-        by_rank = log_p_codes.new_full(self.word_leaf_mask[target].shape, float("-inf"))  # [B, K]
+        by_rank = log_p_codes.new_full(has_code.shape, float("-inf"))  # [B, K]
         return torch.logsumexp(by_rank.index_put_((example, rank), log_p_codes), dim=1)  # [B]
 
     @torch.no_grad()
@@ -283,9 +284,8 @@ def unigram_log_odds(tree: Tree, counts) -> torch.Tensor:
     codes = torch.bincount(word, minlength=tree.vocab_size).double()  # [V] codes per word
     leaf_mass = ((torch.as_tensor(counts, dtype=torch.float64) + 1) / codes)[word].tolist()  # [L]
     children = tree.children_tensor().tolist()  # [I, 2]; breadth-first: children are numbered after parents
-    mass = [0.0] * len(children)
-    log_odds = torch.zeros(len(children))
+    mass, log_odds = [0.0] * len(children), [0.0] * len(children)
     for n in range(len(children) - 1, -1, -1):
         left, right = (mass[c] if c >= 0 else leaf_mass[-1 - c] for c in children[n])
         mass[n], log_odds[n] = left + right, math.log(right / left)
-    return log_odds
+    return torch.tensor(log_odds)
