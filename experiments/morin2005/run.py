@@ -393,9 +393,10 @@ def targets(softmax: dict | None) -> list[str]:
         return []
 
     def vs(row: str) -> str:
-        name, ref, missing = reference(row), load_result(RESULTS, reference(row)), ""
+        name = reference(row)
+        ref, missing = load_result(RESULTS, name), ""
         if ref is None:  # a fix row whose softmax partner has not run: say so, and compare with the base one
-            name, ref, missing = "nplm", softmax, f" ({reference(row)}, the same recipe's softmax, not run yet)"
+            name, ref, missing = "nplm", softmax, f" ({name}, the same recipe's softmax, not run yet)"
         change = 100 * (trees[row]["test"] / ref["test"] - 1)
         return f"{row} {trees[row]['test']:.1f}, {change:+.1f}% vs {name} {ref['test']:.1f}{missing}"
 
