@@ -26,6 +26,7 @@ from provenance import stamp
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
 from nplm.lit import LanguageModel
+from nplm.malloc import keep_freed_memory
 from nplm.data.vocabulary import Vocabulary
 
 HERE = Path(__file__).resolve().parent
@@ -137,6 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as nplm-train does: both loops reuse the [B, V] buffers between steps
 
     dm, source = datamodule(args.batch_size)
     V = len(dm.vocab)

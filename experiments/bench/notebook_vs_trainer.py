@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    from nplm.malloc import keep_freed_memory
+
+    keep_freed_memory()  # nplm-train sets it for the process; set here first, every contender runs with it
     import logging
 
     logging.disable(logging.INFO)

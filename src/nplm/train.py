@@ -28,6 +28,7 @@ from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.execution import ExecutionPlan
 from nplm.heads import head_class
 from nplm.lit import LanguageModel, use_tf32
+from nplm.malloc import keep_freed_memory
 from nplm.progress import Progress
 from nplm.quiet import quiet
 from nplm.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
@@ -249,6 +250,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if threads:
         torch.set_num_threads(threads)
     use_tf32(bool(cfg.get("tf32", True)))
+    keep_freed_memory()  # large CPU buffers reused between steps (nplm.malloc)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,

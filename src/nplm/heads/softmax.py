@@ -6,7 +6,9 @@ y = b + W x + U tanh(d + H x): eq. (1) of the paper. Cost O(|V| F) per example.
 The NLL has its own autograd function: its backward is the textbook dL/dy = softmax(y) - onehot(t)
 computed in place in two passes over [B, V] (and no branch on the data: no host sync), where
 `F.cross_entropy` zero-fills a [B, V] gradient and makes two more passes; at the Brown vocabulary that halves the loss' share of a training step
-(experiments/bench).
+(experiments/bench). On a CPU in float32 (no autocast, not compiled) training goes through
+`LinearSoftmaxNLL`, which also owns the output layer's matmuls so that it can run them where they are
+fast there (`nplm.heads.cpu_gemm`); elsewhere autograd differentiates `nn.Linear` as usual.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 
 from nplm.heads.base import Head, wide
+from nplm.heads.cpu_gemm import linear, weight_grad
 
 
 class SoftmaxNLL(torch.autograd.Function):
@@ -29,9 +32,32 @@ class SoftmaxNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll: torch.Tensor):
         log_p, target = ctx.saved_tensors  # a second backward fails autograd's version check, never silently
-        grad = log_p.exp_().mul_(grad_nll[:, None])  # softmax(y) * g, in place: [B, V]
-        grad.scatter_add_(1, target[:, None], -grad_nll[:, None].to(grad.dtype))  # - onehot(t) * g
-        return grad, None
+        return softmax_minus_onehot_(log_p, target, grad_nll), None
+
+
+def softmax_minus_onehot_(log_p: torch.Tensor, target: torch.Tensor, grad_nll: torch.Tensor) -> torch.Tensor:
+    """dL/dy = (softmax(y) - onehot(t)) * g per row, computed in place in `log_p` [B, V]."""
+    grad = log_p.exp_().mul_(grad_nll[:, None])  # softmax(y) * g: [B, V]
+    return grad.scatter_add_(1, target[:, None], -grad_nll[:, None].to(grad.dtype))  # - onehot(t) * g
+
+
+class LinearSoftmaxNLL(torch.autograd.Function):
+    """-log softmax(f W^T + b)[t] per row, the output layer's matmuls included (CPU, float32): the
+    forward's y and the backward's dW run through `nplm.heads.cpu_gemm`; df = dy W, db = sum_rows dy."""
+
+    @staticmethod
+    def forward(ctx, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor):
+        log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
+        ctx.save_for_backward(features, weight, log_p, target)
+        return -log_p.gather(1, target[:, None]).squeeze(1)  # [B]
+
+    @staticmethod
+    def backward(ctx, grad_nll: torch.Tensor):
+        features, weight, log_p, target = ctx.saved_tensors
+        grad = softmax_minus_onehot_(log_p, target, grad_nll)  # dL/dy: [B, V]
+        grad_features = grad @ weight if ctx.needs_input_grad[0] else None  # [B, F]
+        grad_weight = weight_grad(grad, features) if ctx.needs_input_grad[1] else None  # [V, F]
+        return grad_features, grad_weight, grad.sum(0) if ctx.needs_input_grad[2] else None, None
 
 
 class SoftmaxHead(Head):
@@ -40,9 +66,14 @@ class SoftmaxHead(Head):
         self.out = nn.Linear(feature_dim, vocab_size)  # weight [V, F] = [W | U], bias b [V]
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self.out(features)  # [B, V]
+        if torch.is_grad_enabled() or torch.is_autocast_enabled(features.device.type):
+            return self.out(features)  # [B, V]
+        return linear(features, self.out.weight, self.out.bias)  # evaluation: the fast CPU kernel where there is one
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if (features.device.type == "cpu" and features.dtype == torch.float32 and not torch.compiler.is_compiling()
+                and not torch.is_autocast_enabled("cpu")):
+            return LinearSoftmaxNLL.apply(features, self.out.weight, self.out.bias, target)  # [B]
         return SoftmaxNLL.apply(wide(self.logits(features)), target)  # [B], float32 also under bf16 autocast
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,45 @@
+"""The output layer's two large matmuls on a CPU, where torch's default GEMM (MKL) is slow for them.
+
+A full-softmax output layer over features f [B, F] and weight W [V, F] (F small: 290 for MLP1, V the
+vocabulary) has two matmuls with a [B, V] side, both far below this machine's matmul peak in MKL
+(2 threads, B = 1024, F = 290, V = 17,905; `experiments/bench/README.md`):
+
+- the forward y = f W^T + b: MKL ~88 GFLOP/s; oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`,
+  the kernel torch.compile's CPU backend calls for linear layers) 120-150. Below about 8,000 output
+  columns (a character model: V = 65) oneDNN is the slower one, so it is used only above that.
+- the weight gradient dW = g^T f [V, F]: one MKL call ~95 GFLOP/s; the same product in blocks of
+  1,024 rows of W ~130 (1.2-1.6x over the shapes of experiments/bench).
+
+Both give the same numbers as `torch.addmm` / `torch.mm` up to float32 rounding (tests/test_cpu_gemm.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+ONEDNN_MIN_OUTPUTS = 8192  # output columns from which oneDNN's forward beats MKL's (see above)
+WEIGHT_GRAD_BLOCK = 1024  # rows of W per matmul of the weight gradient
+
+
+def _fast_cpu(x: torch.Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype == torch.float32
+
+
+def linear(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """features [B, F] @ weight[V, F]^T + bias [V] -> [B, V]. No autograd: call it where gradients
+    are off or inside an autograd.Function."""
+    if ONEDNN and _fast_cpu(features) and weight.shape[0] >= ONEDNN_MIN_OUTPUTS:
+        return torch.ops.mkldnn._linear_pointwise(features, weight, bias, "none", [None], "")
+    return torch.addmm(bias, features, weight.t())
+
+
+def weight_grad(grad_out: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """dL/dW = grad_out [B, V]^T @ features [B, F] -> [V, F], on a CPU in blocks of rows of W."""
+    if not _fast_cpu(grad_out) or grad_out.shape[1] <= WEIGHT_GRAD_BLOCK:
+        return grad_out.t() @ features
+    out = grad_out.new_empty(grad_out.shape[1], features.shape[1])  # [V, F]
+    for start in range(0, out.shape[0], WEIGHT_GRAD_BLOCK):
+        rows = slice(start, start + WEIGHT_GRAD_BLOCK)
+        torch.mm(grad_out[:, rows].t(), features, out=out[rows])
+    return out
