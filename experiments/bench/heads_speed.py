@@ -23,6 +23,7 @@ import torch
 from provenance import stamp
 
 from nplm.heads import Head, build_head
+from nplm.malloc import keep_freed_memory
 from nplm.trees.tree import Tree, balanced_nested
 
 V, F, B = 17_905, 290, 256
@@ -102,6 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as nplm-train does (nplm.malloc)
 
     torch.manual_seed(0)
     counts = zipf_counts(V)

@@ -24,6 +24,7 @@ from provenance import stamp
 from torch import nn
 
 from nplm.heads import build_head
+from nplm.malloc import keep_freed_memory
 from nplm.models import NPLM, NPLMConfig
 from nplm.optim import OptimizerConfig, build_optimizer
 from nplm.trees.tree import Tree, balanced_nested
@@ -63,6 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as nplm-train does (nplm.malloc)
     sizes = [int(s) for s in args.sizes.split(",")]
     heads = {"softmax": {"name": "softmax"},
              "hierarchical": {"name": "hierarchical"},  # morin_bengio nodes, balanced tree

@@ -80,7 +80,7 @@ NETWORKS = {  # row: (overrides, published test perplexity)
     # node vectors at zero and node biases at the unigram log-odds (probes.py: logistic-unigram-init)
     **{f"hierarchical-learned{suffix}-logistic-unigram-init": (
         ["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC, *LEARNED[suffix], "head.node_init=unigram"],
-        None) for suffix in ("", "-eps0.4-x2")},
+        None) for suffix in ("", "-eps0.4-x2", "-eps0.4-x4")},
     # depth-2 trees, not in the paper: frequency-bin classes, and the top 100 subtrees of the Brown tree
     "two-level-classes": (["experiment=morin2005/class_based"], None),
     "two-level-brown": (["experiment=morin2005/class_based", "head.classes=tree", "tree=brown"], None),
@@ -110,11 +110,13 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
     import torch
 
     from nplm.heads import build_head
+    from nplm.malloc import keep_freed_memory
     from nplm.models import NPLM, NPLMConfig
     from nplm.optim import OptimizerConfig, build_optimizer
     from nplm.trees import TreeContext, build_tree
 
     torch.set_num_threads(threads)
+    keep_freed_memory()  # as nplm-train does (nplm.malloc)
     dm = morin_corpus()
     V, counts = len(dm.vocab), dm.vocab.counts
     tree = build_tree({"name": "balanced"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
