@@ -4,7 +4,9 @@
 (b) training examples/s of Bengio's MLP1 (n=5, m=60, h=50, direct, softmax) at the Brown vocabulary,
     inside Lightning and in a plain PyTorch loop on the same batches (target: overhead <= 10%);
 (c) the training step's FLOP rate as a fraction of this machine's measured fp32 matmul peak
-    (target >= 60%).
+    (target >= 60%);
+then an ablation of the two CPU speed-ups of the full softmax's step, in the plain loop: the output
+layer's matmuls through `nplm.heads.cpu_gemm` and malloc keeping large buffers (`nplm.malloc`).
 
     python experiments/bench/bench.py [--batch-size 512] [--steps 40] [--write-readme]
 
@@ -26,7 +28,8 @@ from provenance import stamp
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
 from nplm.lit import LanguageModel
-from nplm.malloc import keep_freed_memory
+from nplm.heads.softmax import SoftmaxNLL
+from nplm.malloc import M_MMAP_MAX, M_TRIM_THRESHOLD, keep_freed_memory
 from nplm.data.vocabulary import Vocabulary
 
 HERE = Path(__file__).resolve().parent
@@ -84,9 +87,11 @@ def make_module(dm: LMDataModule) -> LanguageModel:
     return LanguageModel(MLP1, {"name": "softmax"}, {"name": "adam", "lr": 1e-3}, dm.vocab.to_dict())
 
 
-def plain_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
-    """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning."""
+def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
+    """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning.
+    `nll(module)`: the per-example loss to train on instead of `module.nll` (the ablation)."""
     module = make_module(dm)
+    loss_fn = nll(module) if nll else module.nll
     optimizer = module.configure_optimizers()
     batches = iter(dm.train_dataloader())
     n, start = 0, None
@@ -94,12 +99,55 @@ def plain_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
         if i == warmup:
             start = time.perf_counter()
         context, target = next(batches)
-        loss = module.nll(context, target).mean()
+        loss = loss_fn(context, target).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         n += target.numel() if i >= warmup else 0
     return n / (time.perf_counter() - start)
+
+
+def set_malloc(keep: bool) -> None:
+    """glibc malloc as nplm-train sets it (`nplm.malloc`), or back to glibc's defaults (every buffer
+    above 32 MiB mmapped and unmapped again), for the ablation."""
+    if keep:
+        keep_freed_memory()
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.mallopt(M_MMAP_MAX, 65536)  # glibc's defaults
+    libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024)
+    libc.malloc_trim(0)
+
+
+def old_output_layer(module: LanguageModel):
+    """The NLL as before the CPU path: nn.Linear's addmm (MKL) and autograd's weight gradient."""
+    head = module.head
+    return lambda context, target: SoftmaxNLL.apply(head.out(module.model(context)), target)
+
+
+ABLATION = {  # name: (the output layer's CPU path, malloc keeps large buffers)
+    "as shipped": (True, True), "nn.Linear output layer": (False, True),
+    "glibc's default malloc": (True, False), "both as before": (False, False)}
+
+
+def ablation(dm: LMDataModule, steps: int, warmup: int, rounds: int) -> list[str]:
+    """Examples/s of the plain loop with each of this benchmark's two CPU speed-ups off, interleaved;
+    rows of a markdown table with the median ratio to 'both as before'."""
+    rates = {name: [] for name in ABLATION}
+    for _ in range(rounds):
+        for name, (cpu_path, keep) in ABLATION.items():
+            set_malloc(keep)
+            rates[name].append(plain_loop(dm, steps, warmup, None if cpu_path else old_output_layer))
+    set_malloc(True)
+    base = rates["both as before"]
+    rows = ["| plain loop, MLP1 | examples/s (median) | vs both as before (min-max per round) |", "|---|---:|---:|"]
+    for name, v in rates.items():
+        ratio = [a / b for a, b in zip(v, base)]
+        rows.append(f"| {name} | {statistics.median(v):,.0f} | {statistics.median(ratio):.2f}x "
+                    f"({min(ratio):.2f}-{max(ratio):.2f}) |")
+    return rows
 
 
 class _Clock(pl.Callback):
@@ -134,6 +182,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds, median ratio (default 5)")
+    parser.add_argument("--ablation-rounds", type=int, default=5,
+                        help="rounds of the ablation of the two CPU speed-ups (0: none; default 5)")
     parser.add_argument("--write-readme", action="store_true", help="write the table into README.md here")
     args = parser.parse_args()
     if args.threads:
@@ -172,6 +222,10 @@ def main() -> None:
     ]
     table = ["| measurement | value | target | met |", "|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    if args.ablation_rounds:
+        table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the output layer's CPU "
+                  "path (`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), each off in turn.", ""]
+        table += ablation(dm, args.steps, args.warmup, args.ablation_rounds)
     header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "
               f"{args.steps} timed steps after {args.warmup} warm-up steps, {args.rounds} rounds; MLP1 = n=5, m=60, h=50, direct, "
               f"full softmax, Adam. Matmul FLOPs per training example: {flops_per_example / 1e6:.1f} M.")
