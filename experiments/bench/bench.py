@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
 from nplm.lit import LanguageModel
 from nplm.heads.softmax import SoftmaxNLL
-from nplm.malloc import M_MMAP_MAX, M_TRIM_THRESHOLD, keep_freed_memory
+from nplm.malloc import keep_freed_memory
 from nplm.data.vocabulary import Vocabulary
 
 HERE = Path(__file__).resolve().parent
@@ -107,20 +109,6 @@ def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
     return n / (time.perf_counter() - start)
 
 
-def set_malloc(keep: bool) -> None:
-    """glibc malloc as nplm-train sets it (`nplm.malloc`), or back to glibc's defaults (every buffer
-    above 32 MiB mmapped and unmapped again), for the ablation."""
-    if keep:
-        keep_freed_memory()
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None)
-    libc.mallopt(M_MMAP_MAX, 65536)  # glibc's defaults
-    libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024)
-    libc.malloc_trim(0)
-
-
 def old_output_layer(module: LanguageModel):
     """The NLL as before the CPU path: nn.Linear's addmm (MKL) and autograd's weight gradient."""
     head = module.head
@@ -132,15 +120,27 @@ ABLATION = {  # name: (the output layer's CPU path, malloc keeps large buffers)
     "glibc's default malloc": (True, False), "both as before": (False, False)}
 
 
-def ablation(dm: LMDataModule, steps: int, warmup: int, rounds: int) -> list[str]:
-    """Examples/s of the plain loop with each of this benchmark's two CPU speed-ups off, interleaved;
-    rows of a markdown table with the median ratio to 'both as before'."""
+def ablation_child(name: str, args: argparse.Namespace) -> None:
+    """One measurement of the ablation, in a process of its own: malloc's setting cannot be undone in a
+    process (its heap keeps the buffers it was allowed to keep), so each variant starts from glibc's
+    defaults and sets what it needs."""
+    cpu_path, keep = ABLATION[name]
+    if keep:
+        keep_freed_memory()
+    dm, _ = datamodule(args.batch_size)
+    print(plain_loop(dm, args.steps, args.warmup, None if cpu_path else old_output_layer))
+
+
+def ablation(args: argparse.Namespace) -> list[str]:
+    """Examples/s of the plain loop with each of the two CPU speed-ups off, a fresh process per
+    measurement, interleaved; rows of a markdown table with the median ratio to 'both as before'."""
     rates = {name: [] for name in ABLATION}
-    for _ in range(rounds):
-        for name, (cpu_path, keep) in ABLATION.items():
-            set_malloc(keep)
-            rates[name].append(plain_loop(dm, steps, warmup, None if cpu_path else old_output_layer))
-    set_malloc(True)
+    for _ in range(args.ablation_rounds):
+        for name in ABLATION:
+            command = [sys.executable, __file__, "--ablation-child", name, "--threads", str(torch.get_num_threads()),
+                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            rates[name].append(float(out.split()[-1]))
     base = rates["both as before"]
     rows = ["| plain loop, MLP1 | examples/s (median) | vs both as before (min-max per round) |", "|---|---:|---:|"]
     for name, v in rates.items():
@@ -185,9 +185,12 @@ def main() -> None:
     parser.add_argument("--ablation-rounds", type=int, default=5,
                         help="rounds of the ablation of the two CPU speed-ups (0: none; default 5)")
     parser.add_argument("--write-readme", action="store_true", help="write the table into README.md here")
+    parser.add_argument("--ablation-child", choices=list(ABLATION), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.ablation_child:
+        return ablation_child(args.ablation_child, args)
     keep_freed_memory()  # as nplm-train does: both loops reuse the [B, V] buffers between steps
 
     dm, source = datamodule(args.batch_size)
@@ -224,8 +227,9 @@ def main() -> None:
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     if args.ablation_rounds:
         table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the output layer's CPU "
-                  "path (`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), each off in turn.", ""]
-        table += ablation(dm, args.steps, args.warmup, args.ablation_rounds)
+                  "path (`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), each off in turn; a "
+                  "fresh process per measurement.", ""]
+        table += ablation(args)
     header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "
               f"{args.steps} timed steps after {args.warmup} warm-up steps, {args.rounds} rounds; MLP1 = n=5, m=60, h=50, direct, "
               f"full softmax, Adam. Matmul FLOPs per training example: {flops_per_example / 1e6:.1f} M.")
