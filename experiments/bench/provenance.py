@@ -12,14 +12,18 @@ from pathlib import Path
 import torch
 
 
+CODE = [":(top)src", ":(top)conf", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
+
+
 def commit() -> str:
-    """The checkout's short commit, `+dirty` when tracked files differ from it."""
+    """The checkout's short commit, `+dirty` when tracked code differs from it (the package, configs and
+    scripts; not the result files and tables that benchmarks write, often several in one session)."""
     here = Path(__file__).parent
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=here).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE],
+                               capture_output=True, text=True, cwd=here).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
