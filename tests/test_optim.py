@@ -40,6 +40,36 @@ def test_lazy_update_equals_the_dense_one_when_every_row_is_in_every_batch(name)
     torch.testing.assert_close(sparse[1].weight, dense[1].weight, atol=1e-6, rtol=1e-5)  # dense params as before
 
 
+@pytest.mark.parametrize("name, torch_class", [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
+def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class, monkeypatch):
+    """LazyAdam calls the fused kernel itself on every step after the first (torch's Adam.step only
+    creates the state) and moves the parameters exactly as torch's Adam/AdamW(fused=True): weight
+    decay on the weights only, and a parameter without a gradient left alone."""
+    torch.manual_seed(0)
+    ours_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
+    theirs_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
+    theirs_net.load_state_dict(ours_net.state_dict())
+    ours = build_optimizer(ours_net, OptimizerConfig(name=name, lr=0.01, weight_decay=0.1))
+    decay = [p for p in theirs_net.parameters() if p.dim() >= 2]
+    theirs = torch_class([{"params": decay, "weight_decay": 0.1},
+                          {"params": [p for p in theirs_net.parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                         lr=0.01, fused=True)
+    torch_steps = []
+    torch_step = torch.optim.Adam.step
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: (torch_steps.append(self is ours),
+                                                                         torch_step(self, *a, **k))[1])
+    for _ in range(4):
+        x = torch.randn(8, 4)
+        for net, opt in ((ours_net, ours), (theirs_net, theirs)):
+            opt.zero_grad(set_to_none=True)
+            net[:3](x).square().sum().backward()  # net[3] gets no gradient
+            opt.step()
+    assert torch_steps.count(True) == 1  # ours went through torch's step once, the first time
+    assert ours.state[ours_net[0].weight]["step"].item() == 4.0
+    for a, b in zip(ours_net.parameters(), theirs_net.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_rows_outside_the_batch_do_not_move_under_lazy_adam():
     dense, sparse = _two_tables()
     before = sparse[0].weight.detach().clone()
