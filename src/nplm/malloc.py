@@ -4,8 +4,8 @@ glibc's malloc serves every request above 32 MiB with a fresh `mmap` and unmaps 
 [B, V] buffer of that size (MLP1's logits at B = 1024, |V| = 17,905: 73 MB, and its log-softmax)
 comes back as new pages every step, each one zero-filled by a page fault. `keep_freed_memory` tells
 malloc (`mallopt`, man 3 mallopt) to take such buffers from its heap and keep freed memory there, as
-PyTorch's CUDA allocator does on a GPU and as jemalloc/tcmalloc preloads do on a CPU: MLP1's training
-step 7-21% faster (experiments/bench/README.md). The process keeps its peak heap until it exits.
+PyTorch's CUDA allocator does on a GPU and as jemalloc/tcmalloc preloads do on a CPU (its effect on
+MLP1's step: the ablation of experiments/bench/bench.py). The process keeps its peak heap until it exits.
 Only where the C library is glibc (Linux); elsewhere nothing changes.
 """
 

@@ -2,13 +2,14 @@
 
 A full-softmax output layer over features f [B, F] and weight W [V, F] (F small: 290 for MLP1, V the
 vocabulary) has two matmuls with a [B, V] side, both far below this machine's matmul peak in MKL
-(2 threads, B = 1024, F = 290, V = 17,905; `experiments/bench/README.md`):
+(2 threads, B = 1024, F = 290, V = 17,905: about 88 and 95 GFLOP/s against a peak of 175;
+`experiments/bench/README.md`). Faster on this machine (`experiments/bench/output_gemm.md`, over batch
+and vocabulary sizes):
 
-- the forward y = f W^T + b: MKL ~88 GFLOP/s; oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`,
-  the kernel torch.compile's CPU backend calls for linear layers) 120-150. Below about 8,000 output
-  columns (a character model: V = 65) oneDNN is the slower one, so it is used only above that.
-- the weight gradient dW = g^T f [V, F]: one MKL call ~95 GFLOP/s; the same product in blocks of
-  1,024 rows of W ~130 (1.2-1.6x over the shapes of experiments/bench).
+- the forward y = f W^T + b through oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the kernel
+  torch.compile's CPU backend calls for linear layers). Below 8,192 output columns (a character
+  model: V = 65) oneDNN is the slower one, so it is used only from there;
+- the weight gradient dW = g^T f [V, F] in blocks of 1,024 rows of W rather than in one MKL call.
 
 Both give the same numbers as `torch.addmm` / `torch.mm` up to float32 rounding (tests/test_cpu_gemm.py).
 """
