@@ -35,6 +35,16 @@ K, M, H, BATCH = 10, 32, 128, 128
 MODEL = {"context_size": K, "embed_dim": M, "hidden_dim": H, "direct": True}
 
 
+def character_datamodule():
+    """nplm's Tiny Shakespeare batches for the notebook's model: 90% train, characters in sorted order."""
+    from nplm.data.datamodule import LMDataModule
+
+    dm = LMDataModule({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0, "vocab_from": "all",
+                       "min_count": 1, "unk": None, "order": "sorted"}, K, BATCH, 1024)
+    dm.setup()
+    return dm
+
+
 # -- the notebook's loop, as it is written there -------------------------------------------------
 class NotebookNPLM(nn.Module):
     def __init__(self, vocab_size: int, context: int, m: int, h: int):
@@ -145,15 +155,11 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
 
-    from nplm.data.datamodule import LMDataModule
-
-    dm = LMDataModule({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0, "vocab_from": "all",
-                       "min_count": 1, "unk": None, "order": "sorted"}, K, BATCH, 1024)
-    dm.setup()
+    dm = character_datamodule()
     from nplm.data.corpora import load_corpus
 
-    text = "".join(load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0}, "data_cache").train)
-    text += "".join(load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0}, "data_cache").valid)
+    corpus = load_corpus({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0}, "data_cache")
+    text = "".join(corpus.train) + "".join(corpus.valid)
 
     contenders = {
         "notebook": lambda: notebook_loop(text, args.steps, args.warmup),

@@ -16,11 +16,10 @@ import statistics
 import time
 
 import torch
-from notebook_vs_trainer import BATCH, K, MODEL
+from notebook_vs_trainer import MODEL, character_datamodule
 from provenance import stamp
 from torch import nn
 
-from nplm.data.datamodule import LMDataModule
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
 from nplm.optim import OptimizerConfig, build_optimizer
@@ -54,10 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable(logging.INFO)
-    dm = LMDataModule({"name": "tiny_shakespeare", "train_size": 0.9, "test_size": 0, "vocab_from": "all",
-                       "min_count": 1, "unk": None, "order": "sorted"}, K, BATCH, 1024)
-    dm.setup()
-    batches = [batch for _, batch in zip(range(400), dm.train_dataloader())]
+    batches = [batch for _, batch in zip(range(400), character_datamodule().train_dataloader())]
     loops = {"torch step": training_loop(batches, direct=False), "direct": training_loop(batches, direct=True)}
     for run in loops.values():
         run()  # warm-up, and the first step creates the optimizer state

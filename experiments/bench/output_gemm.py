@@ -1,7 +1,8 @@
 """The full softmax's two large CPU matmuls, torch's default (MKL) against `nplm.heads.cpu_gemm`.
 
 For each shape (batch B, features F, vocabulary V): the forward y = f W^T + b as `torch.addmm` and as
-oneDNN's linear, and the weight gradient g^T f as one `torch.mm` and in blocks of 1,024 rows of W;
+oneDNN's linear, and the weight gradient g^T f as one `torch.mm` and as `cpu_gemm.weight_grad` (in
+blocks of 1,024 rows of W above 1,024 words);
 median milliseconds of interleaved repetitions, and the ratio. The shapes are MLP1's (F = 290) at the
 Brown (17,905) and Morin & Bengio (10,000) vocabularies, and the character model's output layer
 (V = 65), which is why oneDNN's forward is used only from `ONEDNN_MIN_OUTPUTS` words.
@@ -18,27 +19,18 @@ import time
 import torch
 from provenance import stamp
 
-from nplm.heads.cpu_gemm import WEIGHT_GRAD_BLOCK
+from nplm.heads.cpu_gemm import weight_grad
 
 SHAPES = [(1024, 290, 17905), (512, 290, 17905), (256, 290, 17905), (256, 290, 10000), (64, 290, 10000),
           (1024, 290, 4000), (128, 448, 65)]
 
 
-def median_ms(fn, repeats: int) -> float:
+def call_ms(fn) -> float:
+    """Milliseconds of one call of `fn`, after an untimed one."""
     fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def blocked_weight_grad(g: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    out = g.new_empty(g.shape[1], f.shape[1])
-    for start in range(0, out.shape[0], WEIGHT_GRAD_BLOCK):
-        torch.mm(g[:, start:start + WEIGHT_GRAD_BLOCK].t(), f, out=out[start:start + WEIGHT_GRAD_BLOCK])
-    return out
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
 
 
 def main() -> None:
@@ -58,10 +50,10 @@ def main() -> None:
         f, w, b, g = torch.randn(batch, features), torch.randn(vocab, features), torch.randn(vocab), torch.randn(batch, vocab)
         timed = {"addmm": [], "onednn": [], "mm": [], "blocks": []}
         calls = {"addmm": lambda: torch.addmm(b, f, w.t()), "onednn": lambda: onednn(f, w, b, "none", [None], ""),
-                 "mm": lambda: g.t() @ f, "blocks": lambda: blocked_weight_grad(g, f)}
+                 "mm": lambda: g.t() @ f, "blocks": lambda: weight_grad(g, f)}
         for _ in range(args.repeats):
             for name, call in calls.items():
-                timed[name].append(median_ms(call, 1))
+                timed[name].append(call_ms(call))
         ms = {name: statistics.median(v) for name, v in timed.items()}
         print(f"| {batch} | {features} | {vocab:,} | {ms['addmm']:.2f} | {ms['onednn']:.2f} | "
               f"{ms['addmm'] / ms['onednn']:.2f}x | {ms['mm']:.2f} | {ms['blocks']:.2f} | {ms['mm'] / ms['blocks']:.2f}x |")

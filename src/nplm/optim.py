@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
+from torch.optim import optimizer as torch_optimizer
 
 from nplm.errors import UserError
 
@@ -191,8 +192,6 @@ class LazySGD(LazyRowsMixin, torch.optim.SGD):
 
 def _optimizer_hooks(optimizer: torch.optim.Optimizer) -> bool:
     """Whether step hooks are registered (on this optimizer or globally): `Optimizer.step` runs them."""
-    from torch.optim import optimizer as torch_optimizer
-
     return bool(optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
                 or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
 
