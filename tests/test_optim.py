@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.optim import OptimizerConfig, build_optimizer
+from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
 from conftest import TOY_FAST
 
 
@@ -68,6 +68,33 @@ def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class
     assert ours.state[ours_net[0].weight]["step"].item() == 4.0
     for a, b in zip(ours_net.parameters(), theirs_net.parameters()):
         assert torch.equal(a, b)
+
+
+def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers():
+    def run(step, listen: str = "") -> tuple[torch.Tensor, list]:
+        torch.manual_seed(0)
+        layer = nn.Linear(4, 3)
+        opt = build_optimizer(layer, OptimizerConfig(name="adam", lr=0.1))
+        heard = []
+        torch.optim.Adam([nn.Parameter(torch.ones(1))])  # torch wraps Adam.step: the hooks must still run once
+        if listen == "hook":
+            opt.register_step_post_hook(lambda *args: heard.append("hook"))
+        elif listen == "scheduler":
+            torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0)  # wraps opt.step to count its calls
+            heard.append(opt._opt_called if hasattr(opt, "_opt_called") else None)
+        for _ in range(3):
+            layer(torch.ones(2, 4)).square().sum().backward()
+            step(opt)
+            opt.zero_grad()
+        if listen == "scheduler":
+            heard.append(opt._opt_called)
+        return layer.weight.detach(), heard
+
+    reference, _ = run(lambda opt: opt.step())
+    weight, heard = run(step_without_profiler)
+    assert torch.equal(weight, reference) and heard == []
+    assert run(step_without_profiler, "hook")[1] == ["hook"] * 3
+    assert run(step_without_profiler, "scheduler")[1][-1] is True  # the scheduler saw the steps
 
 
 def test_rows_outside_the_batch_do_not_move_under_lazy_adam():
