@@ -10,12 +10,13 @@ from contextlib import contextmanager
 import pytorch_lightning as pl
 import torch
 
+from nplm import backprop
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.execution import StepOptions
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import OptimizerConfig, build_optimizer
+from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
 from nplm.perplexity import Perplexity
 from nplm.trees.tree import Tree
 
@@ -40,6 +41,9 @@ class LanguageModel(pl.LightningModule):
     Training uses Lightning's manual optimization (`training_step` steps the optimizer once per batch,
     for several batches per call: `nplm.execution`). With your own `pl.Trainer`, set gradient
     clipping and accumulation on `step_options`, not on the Trainer (Lightning refuses them there).
+    Where `nplm.backprop.possible` (the NPLM with the full softmax on a CPU, in float32, not compiled)
+    the step computes the gradients by hand rather than through autograd: the same gradients, faster
+    for small models.
     """
 
     def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None,
@@ -63,6 +67,7 @@ class LanguageModel(pl.LightningModule):
         self.automatic_optimization = False  # training_step steps the optimizer, once per batch
         self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.execution)
         self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
+        self._compiled = False  # compile_training_step was called
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -80,12 +85,15 @@ class LanguageModel(pl.LightningModule):
         the same graph capture, no code generation)."""
         backend = backend or os.environ.get("NPLM_COMPILE_BACKEND", "inductor")
         self._train_loss = torch.compile(self._train_loss, fullgraph=True, backend=backend)
+        self._compiled = True
 
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.loss(self.model(context), target)  # [B]
 
     def on_train_start(self) -> None:
         self._direct = self._direct_steps_possible()
+        self._by_hand = (self._direct and not self._compiled and self.trainer.precision in ("32-true", "32")
+                         and backprop.possible(self.model, self.head))
         # NPLM_SYNC_DEBUG=1 on a GPU: any host-device sync in a training step (forward, backward,
         # optimizer update) raises (experiments/bench/gpu_check.py)
         self._sync_debug = os.environ.get("NPLM_SYNC_DEBUG") == "1" and self.device.type == "cuda"
@@ -124,9 +132,10 @@ class LanguageModel(pl.LightningModule):
         self._reset_window()
 
     def _reset_window(self) -> None:
-        """The loss summed over the steps since the last log line (a device tensor: no sync per step)."""
-        self._window_loss = torch.zeros((), device=self.device)
-        self._window_steps = 0
+        """The per-token loss summed over the batches since the last log line (a device tensor: no sync
+        per step), and their count and tokens."""
+        self._window_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._window_steps = self._window_tokens = 0
 
     def training_step(self, batches, batch_idx: int) -> dict:
         """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
@@ -143,7 +152,7 @@ class LanguageModel(pl.LightningModule):
         schedulers = [c.scheduler for c in self.trainer.lr_scheduler_configs if c.interval == "step"]
         max_steps = self.trainer.max_steps
         log_every = options.log_every_n_steps or self.trainer.log_every_n_steps
-        nlls, losses = [], []  # the batches' [B] and [] tensors, summed once per group
+        nlls = []  # the batches' per-token losses [B], summed once per group
         done = tokens = 0
         steps_before = self.global_step
         last = len(batches) - 1 if self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch else -1
@@ -151,31 +160,33 @@ class LanguageModel(pl.LightningModule):
             for i, (context, target) in enumerate(batches):
                 if 0 < max_steps <= self.global_step:
                     break
-                nll = self._train_loss(context, target)  # [B]
-                loss = nll.mean()
-                if options.accumulate_grad_batches > 1:
-                    loss = loss / options.accumulate_grad_batches
-                loss.backward() if self._direct else self.manual_backward(loss)
+                accumulate = options.accumulate_grad_batches
+                if self._by_hand:  # the gradients of the batch's mean loss, without autograd (nplm.backprop)
+                    nll = backprop.train_loss(self.model, self.head, context, target, 1 / (len(target) * accumulate))
+                else:
+                    nll = self._train_loss(context, target)  # [B]
+                    loss = nll.mean() / accumulate
+                    loss.backward() if self._direct else self.manual_backward(loss)
                 self._epoch_batches += 1
-                if self._epoch_batches % options.accumulate_grad_batches == 0 or i == last:  # (a partial last one)
+                if self._epoch_batches % accumulate == 0 or i == last:  # (a partial last one)
                     self._optimizer_step(optimizer, schedulers)
                 nlls.append(nll.detach())
-                losses.append(loss.detach())
                 done += 1
                 tokens += target.numel()
         if not done:  # max_steps was reached before this group
             return {"batches": 0, "tokens": 0}
-        self._nll_sum += torch.cat(nlls).sum(dtype=torch.float64)
-        group_loss = torch.stack(losses).sum() * options.accumulate_grad_batches  # the batches' mean losses, summed
-        self._window_loss += group_loss
+        group_sum = torch.cat(nlls).sum(dtype=torch.float64)
+        self._nll_sum += group_sum
+        self._window_loss += group_sum
         self._window_steps += done
+        self._window_tokens += tokens
         self._epoch_tokens += tokens
         if self.global_step // log_every > steps_before // log_every:
             self._log_window()  # a multiple of log_every_n_steps optimizer steps was passed in this group
         # Lightning adds one step per call to its loggers' axis; make the axis count optimizer steps, as
         # it does for automatic optimization (gradient accumulation included)
         self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step - 1
-        return {"loss": group_loss / done, "batches": done, "tokens": tokens}
+        return {"loss": (group_sum / tokens).float(), "batches": done, "tokens": tokens}
 
     def _optimizer_step(self, optimizer, schedulers: list) -> None:
         """Clip (`trainer.gradient_clip_val`), step, zero the gradients, step the per-step schedules."""
@@ -186,7 +197,7 @@ class LanguageModel(pl.LightningModule):
         if self._direct:  # the torch optimizer itself, counted as Lightning's manual optimization counts it
             progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
             progress.increment_ready()
-            optimizer.optimizer.step()
+            step_without_profiler(optimizer.optimizer)
             progress.increment_completed()
             optimizer.optimizer.zero_grad(set_to_none=True)
         else:
@@ -196,7 +207,7 @@ class LanguageModel(pl.LightningModule):
             scheduler.step()
 
     def _log_window(self, epoch_end: bool = False) -> None:
-        """Log the mean training loss since the last call; a non-finite sum (one NaN or inf step makes
+        """Log the mean per-token training loss since the last call; a non-finite sum (one NaN or inf step makes
         it so for good) stops training with a one-line error.
 
         Inside the epoch the value goes to the loggers themselves, at the last optimizer step's place on
@@ -204,7 +215,7 @@ class LanguageModel(pl.LightningModule):
         at every later step it flushes (each step of several batches) until a new value comes."""
         if self._window_steps == 0:
             return
-        mean = self._window_loss / self._window_steps
+        mean = (self._window_loss / self._window_tokens).float()
         with self._sync_mode("default"):  # the one read of the device every log_every_n_steps steps
             if not torch.isfinite(mean):
                 last = self._epoch_batches  # batches of this epoch trained so far, the window's the last ones

@@ -66,6 +66,16 @@ class Head(nn.Module):
     def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.nll(features, target)
 
+    def can_backprop_by_hand(self) -> bool:
+        """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.backprop)."""
+        return False
+
+    def nll_and_backprop(self, features: torch.Tensor, target: torch.Tensor,
+                         grad_nll: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training without autograd (nplm.backprop): `loss(features, target)` [B] and dL/df [B, F] for
+        L = sum_rows grad_nll * loss, adding the head's parameter gradients to their `.grad`."""
+        raise NotImplementedError
+
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts: list[int] | None,
                     tree=None) -> "Head":

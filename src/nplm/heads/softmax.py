@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nplm.backprop import accumulate_grad
 from nplm.heads.base import Head, wide
 from nplm.heads.cpu_gemm import linear, weight_grad
 
@@ -78,3 +79,20 @@ class SoftmaxHead(Head):
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(wide(self.logits(features)), dim=-1)  # [B, V]
+
+    # -- backpropagation by hand (nplm.backprop) -------------------------------------------------
+    def can_backprop_by_hand(self) -> bool:
+        weight = self.out.weight
+        return weight.device.type == "cpu" and weight.dtype == torch.float32
+
+    def nll_and_backprop(self, features: torch.Tensor, target: torch.Tensor,
+                         grad_nll: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`nll(features, target)` [B] and dL/df [B, F] for L = sum_rows grad_nll * nll, adding dL/dW
+        and dL/db to the parameters' `.grad`: `LinearSoftmaxNLL`'s forward and backward in one call."""
+        weight, bias = self.out.weight, self.out.bias
+        log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
+        nll = -log_p.gather(1, target[:, None]).squeeze(1)  # [B]
+        grad = softmax_minus_onehot_(log_p, target, grad_nll)  # dL/dy: [B, V]
+        accumulate_grad(weight, weight_grad(grad, features))  # [V, F]
+        accumulate_grad(bias, grad.sum(0))
+        return nll, grad @ weight  # [B], [B, F]

@@ -17,9 +17,12 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
+from nplm.backprop import accumulate_grad
 from nplm.errors import UserError
 
 ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
+# d act(z) / dz from the output a = act(z): 1 - a^2 and a (1 - a), as autograd computes them
+ACTIVATION_GRADS = {"tanh": torch.ops.aten.tanh_backward, "sigmoid": torch.ops.aten.sigmoid_backward}
 
 
 @dataclass
@@ -97,3 +100,43 @@ class NPLM(nn.Module):
         if self.H is not None:
             parts.append(self.act(self.H(x)))  # [B, h]
         return self.dropout(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])  # [B, F]
+
+    # -- backpropagation by hand (nplm.backprop) ----------------------------------------------------
+    def can_backprop_by_hand(self) -> bool:
+        """Whether `forward_saving`/`backprop` can train this model: on a CPU, float32, a dense gradient
+        for C (the sparse one is nn.Embedding's)."""
+        weight = self.C.weight
+        return weight.device.type == "cpu" and weight.dtype == torch.float32 and not self.C.sparse
+
+    def forward_saving(self, context: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """`forward(context)` in training mode, without autograd: features `[B, F]` and what
+        `backprop` needs. Dropout draws its mask as `nn.Dropout` does on a CPU (the same numbers for
+        the same seed)."""
+        x = self.embed(context).flatten(1)  # [B, (n-1)m]
+        a = self.act(self.H(x)) if self.H is not None else None  # [B, h]
+        parts = ([x] if self.cfg.direct else []) + ([a] if a is not None else [])
+        features = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # [B, F]
+        mask = None
+        if self.training and self.cfg.dropout > 0:
+            keep = 1 - self.cfg.dropout
+            mask = torch.empty_like(features).bernoulli_(keep).div_(keep)  # [B, F]: 0 or 1/keep
+            features = features * mask
+        return features, (context, x, a, mask)
+
+    def backprop(self, saved: tuple, grad_features: torch.Tensor) -> None:
+        """Add dL/dC, dL/dH, dL/dd to the parameters' `.grad` from dL/df `[B, F]` (eq. 1 differentiated
+        by hand: with z = d + H x and a = act(z), dL/dz = dL/da act'(z); dL/dH = dL/dz^T x;
+        dL/dx = dL/df_x + dL/dz H; C gets dL/dx's rows at the context's ids)."""
+        context, x, a, mask = saved
+        if mask is not None:
+            grad_features = grad_features * mask
+        direct = x.shape[1] if self.cfg.direct else 0
+        grad_x = grad_features[:, :direct] if direct else None  # [B, (n-1)m]
+        if self.H is not None:
+            grad_z = ACTIVATION_GRADS[self.cfg.activation](grad_features[:, direct:], a)  # [B, h]
+            accumulate_grad(self.H.weight, grad_z.t() @ x)  # [h, (n-1)m]
+            accumulate_grad(self.H.bias, grad_z.sum(0))
+            grad_x = grad_z @ self.H.weight if grad_x is None else torch.addmm(grad_x, grad_z, self.H.weight)
+        m = self.cfg.embed_dim
+        grad_c = torch.zeros_like(self.C.weight).index_add_(0, context.reshape(-1), grad_x.reshape(-1, m))  # [V, m]
+        accumulate_grad(self.C.weight, grad_c)
