@@ -5,8 +5,9 @@
     inside Lightning and in a plain PyTorch loop on the same batches (target: overhead <= 10%);
 (c) the training step's FLOP rate as a fraction of this machine's measured fp32 matmul peak
     (target >= 60%);
-then an ablation of the two CPU speed-ups of the full softmax's step, in the plain loop: the output
-layer's matmuls through `nplm.heads.cpu_gemm` and malloc keeping large buffers (`nplm.malloc`).
+then an ablation of the CPU speed-ups of the full softmax's step, in the plain loop: the gradients by
+hand (`nplm.backprop`), the output layer's matmuls through `nplm.heads.cpu_gemm` and malloc keeping
+large buffers (`nplm.malloc`).
 
     python experiments/bench/bench.py [--batch-size 512] [--steps 40] [--write-readme]
 
@@ -27,11 +28,13 @@ import pytorch_lightning as pl
 import torch
 from provenance import stamp
 
+from nplm import backprop
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
 from nplm.lit import LanguageModel
 from nplm.heads.softmax import SoftmaxNLL
 from nplm.malloc import keep_freed_memory
+from nplm.optim import step_without_profiler
 from nplm.data.vocabulary import Vocabulary
 
 HERE = Path(__file__).resolve().parent
@@ -90,10 +93,11 @@ def make_module(dm: LMDataModule) -> LanguageModel:
 
 
 def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
-    """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning.
-    `nll(module)`: the per-example loss to train on instead of `module.nll` (the ablation)."""
+    """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning, the
+    gradients and optimizer step as the module's training step does them (`nplm.backprop`,
+    `step_without_profiler`). `nll(module)`: the per-example loss to train on instead, through
+    autograd and `optimizer.step()` (the ablation)."""
     module = make_module(dm)
-    loss_fn = nll(module) if nll else module.nll
     optimizer = module.configure_optimizers()
     batches = iter(dm.train_dataloader())
     n, start = 0, None
@@ -101,10 +105,13 @@ def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
         if i == warmup:
             start = time.perf_counter()
         context, target = next(batches)
-        loss = loss_fn(context, target).mean()
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if nll is None:
+            backprop.train_loss(module.model, module.head, context, target, 1 / len(target))
+            step_without_profiler(optimizer)
+        else:
+            nll(module)(context, target).mean().backward()
+            optimizer.step()
         n += target.numel() if i >= warmup else 0
     return n / (time.perf_counter() - start)
 
@@ -115,25 +122,27 @@ def old_output_layer(module: LanguageModel):
     return lambda context, target: SoftmaxNLL.apply(head.out(module.model(context)), target)
 
 
-ABLATION = {  # name: (the output layer's CPU path, malloc keeps large buffers)
-    "as shipped": (True, True), "nn.Linear output layer": (False, True),
-    "glibc's default malloc": (True, False), "both as before": (False, False)}
+ABLATION = {  # name: (gradients by hand, the output layer's CPU path, malloc keeps large buffers)
+    "as shipped": (True, True, True), "autograd": (False, True, True),
+    "autograd, nn.Linear output layer": (False, False, True), "glibc's default malloc": (True, True, False),
+    "none of the three": (False, False, False)}
 
 
 def ablation_child(name: str, args: argparse.Namespace) -> None:
     """One measurement of the ablation, in a process of its own: malloc's setting cannot be undone in a
     process (its heap keeps the buffers it was allowed to keep), so each variant starts from glibc's
     defaults and sets what it needs."""
-    cpu_path, keep = ABLATION[name]
+    by_hand, cpu_path, keep = ABLATION[name]
     if keep:
         keep_freed_memory()
     dm, _ = datamodule(args.batch_size)
-    print(plain_loop(dm, args.steps, args.warmup, None if cpu_path else old_output_layer))
+    nll = None if by_hand else (lambda module: module.nll) if cpu_path else old_output_layer
+    print(plain_loop(dm, args.steps, args.warmup, nll))
 
 
 def ablation(args: argparse.Namespace) -> list[str]:
-    """Examples/s of the plain loop with each of the two CPU speed-ups off, a fresh process per
-    measurement, interleaved; rows of a markdown table with the median ratio to 'both as before'."""
+    """Examples/s of the plain loop with the CPU speed-ups off in turn, a fresh process per measurement,
+    interleaved; rows of a markdown table with the median ratio to 'none of the three'."""
     rates = {name: [] for name in ABLATION}
     for _ in range(args.ablation_rounds):
         for name in ABLATION:
@@ -141,8 +150,8 @@ def ablation(args: argparse.Namespace) -> list[str]:
                        "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             rates[name].append(float(out.split()[-1]))
-    base = rates["both as before"]
-    rows = ["| plain loop, MLP1 | examples/s (median) | vs both as before (min-max per round) |", "|---|---:|---:|"]
+    base = rates["none of the three"]
+    rows = ["| plain loop, MLP1 | examples/s (median) | vs none of the three (min-max per round) |", "|---|---:|---:|"]
     for name, v in rates.items():
         ratio = [a / b for a, b in zip(v, base)]
         rows.append(f"| {name} | {statistics.median(v):,.0f} | {statistics.median(ratio):.2f}x "
@@ -226,8 +235,9 @@ def main() -> None:
     table = ["| measurement | value | target | met |", "|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     if args.ablation_rounds:
-        table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the output layer's CPU "
-                  "path (`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), each off in turn; a "
+        table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the gradients by hand "
+                  "(`nplm.backprop`, else autograd and `optimizer.step()`), the output layer's CPU path "
+                  "(`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), off in turn; a "
                   "fresh process per measurement.", ""]
         table += ablation(args)
     header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "

@@ -6,7 +6,11 @@ hits all of them alike), each timing `--steps` training steps after `--warmup` u
 - `notebook`: a faithful copy of the notebook's loop: windows built as Python lists then
   `torch.tensor`, `TensorDataset` + `DataLoader(batch_size=128, shuffle=True)`, y = W x + U tanh(H x) + b
   from an `nn.Embedding` and three `nn.Linear`, `nn.CrossEntropyLoss`, `torch.optim.Adam(lr=1e-3)`;
-- `plain`: nplm's model + softmax head + optimizer (fused Adam) on nplm's batches, a hand-written loop;
+- `plain`: nplm's model + softmax head + optimizer (fused Adam) on nplm's batches, a hand-written loop,
+  the gradients and the optimizer step as nplm-train does them for this model (by hand:
+  `nplm.backprop`; `nplm.optim.step_without_profiler`);
+- `plain, autograd`: the same loop with `loss.backward()` and `optimizer.step()` (as nplm-train did
+  before those two);
 - `nplm-train`: `train(cfg)` of `experiment=tinyshakespeare_char` (what `nplm-train` runs, its callbacks,
   checkpoints and CSV + W&B-offline loggers), its own `train/tokens_per_s` (the epoch's training time,
   validation excluded, the warm-up steps included);
@@ -90,10 +94,11 @@ def notebook_loop(text: str, steps: int, warmup: int) -> float:
 
 
 # -- nplm's model, head and optimizer in a plain loop ------------------------------------------------
-def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False) -> float:
+def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd: bool = False) -> float:
+    from nplm import backprop
     from nplm.heads import build_head
     from nplm.models import NPLM, NPLMConfig
-    from nplm.optim import OptimizerConfig, build_optimizer
+    from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
 
     model = NPLM(len(dm.vocab), NPLMConfig.from_dict(MODEL))
     head = build_head({"name": "softmax"}, model.feature_dim, len(dm.vocab))
@@ -105,15 +110,19 @@ def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False) -> float
 
     if compile_step:
         step = torch.compile(step, fullgraph=True)
+    by_hand = not (compile_step or autograd)  # as nplm-train trains this model (nplm.backprop)
     n, start, i = 0, 0.0, 0
     while i < warmup + steps:
         for context, target in dm.train_dataloader():
             if i == warmup:
                 start = time.perf_counter()
-            loss = step(context, target).mean()
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if by_hand:
+                backprop.train_loss(model, head, context, target, 1 / len(target))
+                step_without_profiler(optimizer)
+            else:
+                step(context, target).mean().backward()
+                optimizer.step()
             n += target.numel() if i >= warmup else 0
             i += 1
             if i == warmup + steps:
@@ -164,6 +173,7 @@ def main() -> None:
     contenders = {
         "notebook": lambda: notebook_loop(text, args.steps, args.warmup),
         "plain": lambda: plain_loop(dm, args.steps, args.warmup),
+        "plain, autograd": lambda: plain_loop(dm, args.steps, args.warmup, autograd=True),
         "nplm-train": lambda: nplm_train(args.steps, args.warmup, args.threads),
     }
     if args.compile:
