@@ -93,13 +93,14 @@ class NPLM(nn.Module):
     def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
         """Features from context vectors `[B, n-1, m]`; used directly for out-of-vocabulary words,
         whose vector is sum_i C(i) P(i | context) (Bengio et al. 2003, section 4)."""
-        x = emb.flatten(1)  # [B, (n-1)m]
-        parts = []
-        if self.cfg.direct:
-            parts.append(x)
-        if self.H is not None:
-            parts.append(self.act(self.H(x)))  # [B, h]
-        return self.dropout(torch.cat(parts, dim=1) if len(parts) > 1 else parts[0])  # [B, F]
+        return self.dropout(self._features(emb.flatten(1))[0])  # [B, F]
+
+    def _features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """From x `[B, (n-1)m]`: f = [x, act(d + H x)] `[B, F]` before dropout, and act(d + H x) `[B, h]`
+        (None without a hidden layer)."""
+        a = self.act(self.H(x)) if self.H is not None else None  # [B, h]
+        parts = ([x] if self.cfg.direct else []) + ([a] if a is not None else [])
+        return (torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]), a
 
     # -- backpropagation by hand (nplm.backprop) ----------------------------------------------------
     def can_backprop_by_hand(self) -> bool:
@@ -113,9 +114,7 @@ class NPLM(nn.Module):
         `backprop` needs. Dropout draws its mask as `nn.Dropout` does on a CPU (the same numbers for
         the same seed)."""
         x = self.embed(context).flatten(1)  # [B, (n-1)m]
-        a = self.act(self.H(x)) if self.H is not None else None  # [B, h]
-        parts = ([x] if self.cfg.direct else []) + ([a] if a is not None else [])
-        features = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # [B, F]
+        features, a = self._features(x)  # [B, F], [B, h]
         mask = None
         if self.training and self.cfg.dropout > 0:
             keep = 1 - self.cfg.dropout
