@@ -94,3 +94,18 @@ def test_nplm_train_gives_the_autograd_runs_perplexities(run_train, monkeypatch,
 
 def test_nplm_train_uses_autograd_for_other_heads_and_compile(run_train, monkeypatch):
     run_metrics(run_train, monkeypatch, False, "head=hierarchical", "tree=balanced")
+
+
+def test_mean_loss_backward_takes_the_fast_path_where_possible(monkeypatch):
+    """The benchmarks' loops train as nplm-train does: by hand for the softmax, autograd otherwise."""
+    context, target = batch()
+    calls = []
+    real = backprop.train_loss
+    monkeypatch.setattr(backprop, "train_loss", lambda *args: calls.append(1) or real(*args))
+    net, head = parts()
+    loss = backprop.mean_loss_backward(net, head, context, target)
+    assert calls == [1] and loss.shape == (B,) and net.C.weight.grad is not None
+    net, _ = parts()
+    adaptive = build_head({"name": "adaptive"}, net.feature_dim, V, [V - i for i in range(V)])
+    loss = backprop.mean_loss_backward(net, adaptive, context, target)
+    assert calls == [1] and not loss.requires_grad and net.H.weight.grad.abs().sum() > 0

@@ -46,3 +46,16 @@ def train_loss(model: nn.Module, head: nn.Module, context: torch.Tensor, target:
         nll, grad_features = head.nll_and_backprop(features, target, features.new_full(target.shape, scale))
         model.backprop(saved, grad_features)
     return nll
+
+
+def mean_loss_backward(model: nn.Module, head: nn.Module, context: torch.Tensor,
+                       target: torch.Tensor) -> torch.Tensor:
+    """The gradients of the batch's mean training loss added to `.grad` as nplm-train computes them
+    (by hand where `possible`, else autograd), for loops of its own (the benchmarks); returns the
+    per-example loss [B], detached."""
+    if possible(model, head):
+        return train_loss(model, head, context, target, 1 / len(target))
+    loss = head.loss(model(context), target)  # [B]
+    loss.mean().backward()
+    return loss.detach()
+
