@@ -126,7 +126,8 @@ class LazyAdam(LazyRowsMixin, torch.optim.Adam):
     With `fused=True` (the default) the dense update calls torch's fused Adam kernel itself, as
     `torch.optim.Adam.step` does, once every parameter has its state: for a small model that
     method's own work (hooks, grouping tensors by device, checks) costs more than the kernel: the
-    Tiny Shakespeare model's training step is 1.09x faster without it (experiments/bench/optimizer_step.md).
+    Tiny Shakespeare model's training step is 1.07x faster without it (median of 20 rounds,
+    0.86-1.36; experiments/bench/optimizer_step.md).
     The same kernel with the same arguments, so the same parameters bit for bit (tests/test_optim.py)."""
 
     def _dense_step_direct(self) -> bool:
