@@ -107,7 +107,7 @@ def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
         context, target = next(batches)
         optimizer.zero_grad(set_to_none=True)
         if nll is None:
-            backprop.mean_loss_backward(module.model, module.head, context, target)
+            backprop.train_loss(module.model, module.head, context, target, 1 / len(target))  # nplm-train's step
             step_without_profiler(optimizer)
         else:
             nll(module)(context, target).mean().backward()

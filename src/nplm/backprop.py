@@ -52,8 +52,8 @@ def train_loss(model: nn.Module, head: nn.Module, context: torch.Tensor, target:
 def mean_loss_backward(model: nn.Module, head: nn.Module, context: torch.Tensor,
                        target: torch.Tensor) -> torch.Tensor:
     """The gradients of the batch's mean training loss added to `.grad` as nplm-train computes them
-    (by hand where `possible`, else autograd), for loops of its own (the benchmarks); returns the
-    per-example loss [B], detached."""
+    (by hand where `possible`, else autograd), for loops of its own that train several heads (the
+    Morin timing table, hsm_scaling); returns the per-example loss [B], detached."""
     if possible(model, head):
         return train_loss(model, head, context, target, 1 / len(target))
     loss = head.loss(model(context), target)  # [B]
