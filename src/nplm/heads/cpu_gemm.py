@@ -23,21 +23,22 @@ ONEDNN_MIN_OUTPUTS = 8192  # output columns from which oneDNN's forward beats MK
 WEIGHT_GRAD_BLOCK = 1024  # rows of W per matmul of the weight gradient
 
 
-def _fast_cpu(x: torch.Tensor) -> bool:
+def is_cpu_float32(x: torch.Tensor) -> bool:
+    """Whether `x` is a float32 CPU tensor: where this module's kernels apply."""
     return x.device.type == "cpu" and x.dtype == torch.float32
 
 
 def linear(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """features [B, F] @ weight[V, F]^T + bias [V] -> [B, V]. No autograd: call it where gradients
     are off or inside an autograd.Function."""
-    if ONEDNN and _fast_cpu(features) and weight.shape[0] >= ONEDNN_MIN_OUTPUTS:
+    if ONEDNN and is_cpu_float32(features) and weight.shape[0] >= ONEDNN_MIN_OUTPUTS:
         return torch.ops.mkldnn._linear_pointwise(features, weight, bias, "none", [None], "")
     return torch.addmm(bias, features, weight.t())
 
 
 def weight_grad(grad_out: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """dL/dW = grad_out [B, V]^T @ features [B, F] -> [V, F], on a CPU in blocks of rows of W."""
-    if not _fast_cpu(grad_out) or grad_out.shape[1] <= WEIGHT_GRAD_BLOCK:
+    if not is_cpu_float32(grad_out) or grad_out.shape[1] <= WEIGHT_GRAD_BLOCK:
         return grad_out.t() @ features
     out = grad_out.new_empty(grad_out.shape[1], features.shape[1])  # [V, F]
     for start in range(0, out.shape[0], WEIGHT_GRAD_BLOCK):

@@ -18,7 +18,7 @@ from torch import nn
 
 from nplm.backprop import accumulate_grad
 from nplm.heads.base import Head, wide
-from nplm.heads.cpu_gemm import linear, weight_grad
+from nplm.heads.cpu_gemm import is_cpu_float32, linear, weight_grad
 
 
 class SoftmaxNLL(torch.autograd.Function):
@@ -42,15 +42,23 @@ def softmax_minus_onehot_(log_p: torch.Tensor, target: torch.Tensor, grad_nll: t
     return grad.scatter_add_(1, target[:, None], -grad_nll[:, None].to(grad.dtype))  # - onehot(t) * g
 
 
+def linear_softmax_nll(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                       target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-log softmax(f W^T + b)[t] `[B]` and the log-softmax `[B, V]` its backward starts from; the
+    matmul through `nplm.heads.cpu_gemm`."""
+    log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
+    return -log_p.gather(1, target[:, None]).squeeze(1), log_p
+
+
 class LinearSoftmaxNLL(torch.autograd.Function):
     """-log softmax(f W^T + b)[t] per row, the output layer's matmuls included (CPU, float32): the
     forward's y and the backward's dW run through `nplm.heads.cpu_gemm`; df = dy W, db = sum_rows dy."""
 
     @staticmethod
     def forward(ctx, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor):
-        log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
+        nll, log_p = linear_softmax_nll(features, weight, bias, target)  # [B], [B, V]
         ctx.save_for_backward(features, weight, log_p, target)
-        return -log_p.gather(1, target[:, None]).squeeze(1)  # [B]
+        return nll
 
     @staticmethod
     def backward(ctx, grad_nll: torch.Tensor):
@@ -72,8 +80,7 @@ class SoftmaxHead(Head):
         return linear(features, self.out.weight, self.out.bias)  # evaluation: the fast CPU kernel where there is one
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if (features.device.type == "cpu" and features.dtype == torch.float32 and not torch.compiler.is_compiling()
-                and not torch.is_autocast_enabled("cpu")):
+        if is_cpu_float32(features) and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):
             return LinearSoftmaxNLL.apply(features, self.out.weight, self.out.bias, target)  # [B]
         return SoftmaxNLL.apply(wide(self.logits(features)), target)  # [B], float32 also under bf16 autocast
 
@@ -82,16 +89,14 @@ class SoftmaxHead(Head):
 
     # -- backpropagation by hand (nplm.backprop) -------------------------------------------------
     def can_backprop_by_hand(self) -> bool:
-        weight = self.out.weight
-        return weight.device.type == "cpu" and weight.dtype == torch.float32
+        return is_cpu_float32(self.out.weight)
 
     def nll_and_backprop(self, features: torch.Tensor, target: torch.Tensor,
                          grad_nll: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`nll(features, target)` [B] and dL/df [B, F] for L = sum_rows grad_nll * nll, adding dL/dW
         and dL/db to the parameters' `.grad`: `LinearSoftmaxNLL`'s forward and backward in one call."""
         weight, bias = self.out.weight, self.out.bias
-        log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
-        nll = -log_p.gather(1, target[:, None]).squeeze(1)  # [B]
+        nll, log_p = linear_softmax_nll(features, weight, bias, target)  # [B], [B, V]
         grad = softmax_minus_onehot_(log_p, target, grad_nll)  # dL/dy: [B, V]
         accumulate_grad(weight, weight_grad(grad, features))  # [V, F]
         accumulate_grad(bias, grad.sum(0))
