@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from nplm.train import CONF_DIR, train
+from nplm.config import CONF_DIR
+from nplm.training.train import train
 
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
 torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))  # the drivers' shared helpers (experiments/replication.py)
 SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
 
 # A few Brown-format documents: "word/tag" tokens, one sentence per line (NLTK's tagged reader format).

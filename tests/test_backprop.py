@@ -1,4 +1,4 @@
-"""Backpropagation by hand (nplm.backprop): the gradients autograd computes, and nplm-train uses it only
+"""Backpropagation by hand (nplm.fast.backprop): the gradients autograd computes, and nplm-train uses it only
 where it holds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import TOY_FAST
-from nplm import backprop
+from nplm.fast import backprop
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
 

@@ -19,7 +19,7 @@ from conftest import TOY_FAST, compose_cfg
 
 def expect_error(tmp_path, message: str, *overrides: str) -> None:
     """train(cfg) refuses the config with exactly `message` (a regex when it starts with ^)."""
-    from nplm.train import train
+    from nplm.training.train import train
 
     with pytest.raises(UserError) as info:
         train(compose_cfg(tmp_path, *overrides))
@@ -170,7 +170,7 @@ def test_brown_offline_without_a_local_copy(tmp_path, monkeypatch):
 
 # -- end to end: the command line --------------------------------------------------------------------
 def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nplm.train", f"hydra.run.dir={tmp_path / 'run'}",
+    return subprocess.run([sys.executable, "-m", "nplm.cli.train", f"hydra.run.dir={tmp_path / 'run'}",
                            "logger=none", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300,
                           env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
 
@@ -204,7 +204,7 @@ def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message
 
 
 def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "nplm.train", "head=hierarchical", "tree=file",
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "head=hierarchical", "tree=file",
                              f"tree.path={tmp_path / 'missing.json'}", "corpus=toy", "logger=none"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
@@ -214,7 +214,7 @@ def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
 
 
 def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", "corpus=toy", "head.node_dim=4,8",
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", "head.node_dim=4,8",
                              f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, cwd=tmp_path,
                             timeout=120)
     assert result.returncode == 2
@@ -225,7 +225,7 @@ def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
 
 def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
     sweep = tmp_path / "sweep"
-    result = subprocess.run([sys.executable, "-m", "nplm.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",
                              "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
@@ -244,7 +244,7 @@ def python(code: str) -> subprocess.CompletedProcess:
 
 def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
     code = ("import sys; sys.argv = ['nplm-train', '--help']\n"
-            "from nplm.config.cli import main\n"
+            "from nplm.cli.train import main\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "heavy = [m for m in ('torch', 'pytorch_lightning', 'wandb', 'hydra') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
@@ -255,13 +255,13 @@ def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
                  "  seed                   seed of every random choice", "nplm-train -m model.context_size=2,4",
                  "resume=true", "nplm-compare"):
         assert line in page, line
-    short = subprocess.run([sys.executable, "-m", "nplm.train", "-h"], capture_output=True, text=True, timeout=120)
+    short = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-h"], capture_output=True, text=True, timeout=120)
     assert short.returncode == 0 and short.stdout == page
 
 
 def test_a_bad_value_is_refused_before_torch_loads():
     code = ("import sys\n"
-            "from nplm.config.cli import command_line\n"
+            "from nplm.cli.train import command_line\n"
             "try:\n    command_line(['corpus=toy', 'model.context_size=2.5'])\nexcept SystemExit as e:\n"
             "    assert e.code == 2, e.code\n"
             "assert 'torch' not in sys.modules\n")
@@ -278,7 +278,7 @@ def test_import_nplm_is_cheap():
 
 
 def test_checkpoint_errors(tmp_path):
-    from nplm.checkpoint import read_checkpoint
+    from nplm.training.checkpoint import read_checkpoint
 
     with pytest.raises(UserError, match=r"does not exist; pass a <run>/checkpoints/\*.ckpt file"):
         read_checkpoint(tmp_path / "nope.ckpt")

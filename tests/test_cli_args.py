@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nplm import compare, evaluate, generate, mixture, predict
+from nplm.cli import compare, evaluate, generate, mix, predict
 
-COMMANDS = {"eval": evaluate.main, "generate": generate.main, "predict": predict.main, "mix": mixture.main,
+COMMANDS = {"eval": evaluate.main, "generate": generate.main, "predict": predict.main, "mix": mix.main,
             "compare": compare.main}
 
 
@@ -147,13 +147,13 @@ def test_python_api_applies_the_same_checks(files):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["nplm.generate", "{ckpt}", "--temperature", "nan"],
+    (["nplm.cli.generate", "{ckpt}", "--temperature", "nan"],
      "nplm: error: --temperature=nan: must be a finite number >= 0 (0 = always the most likely token)\n"),
-    (["nplm.generate", "{ckpt}", "--top-k", "-3"],
+    (["nplm.cli.generate", "{ckpt}", "--top-k", "-3"],
      "nplm: error: --top-k=-3: must be an integer >= 0 (0 = sample among all tokens)\n"),
-    (["nplm.predict", "{ckpt}", "the", "--oov", "drop"], "nplm: error: --oov=drop: must be one of: unk, bengio\n"),
-    (["nplm.evaluate", "{empty}"], "nplm: error: checkpoint={empty}: is empty; not a checkpoint\n"),
-    (["nplm.compare", "{folder}", "--plots", "{text}"],
+    (["nplm.cli.predict", "{ckpt}", "the", "--oov", "drop"], "nplm: error: --oov=drop: must be one of: unk, bengio\n"),
+    (["nplm.cli.evaluate", "{empty}"], "nplm: error: checkpoint={empty}: is empty; not a checkpoint\n"),
+    (["nplm.cli.compare", "{folder}", "--plots", "{text}"],
      "nplm: error: --plots={text}: is a file; pass a folder (it is created if missing)\n"),
 ])
 def test_as_a_subprocess_one_line_and_exit_2(argv, message, files):
@@ -165,7 +165,7 @@ def test_as_a_subprocess_one_line_and_exit_2(argv, message, files):
 
 def test_flags_are_checked_before_torch_is_imported():
     """eval, generate, predict and compare parse their flags without loading torch or Lightning."""
-    code = ("import sys, nplm.evaluate, nplm.generate, nplm.predict, nplm.compare; "
+    code = ("import sys, nplm.cli.evaluate, nplm.cli.generate, nplm.cli.predict, nplm.cli.compare; "
             "print(sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nplm.compare import find_jobs, group_seeds, main, plots, table
+from nplm.cli.compare import find_jobs, group_seeds, main, plots, table
 
 HISTORY = ["epoch", "step", "train/ppl", "val/ppl", "val/ppl_best"]
 
@@ -155,7 +155,7 @@ def test_a_real_seed_sweep_is_one_row(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    done = subprocess.run([sys.executable, "-m", "nplm.train", "-m", "corpus=toy", "model.context_size=3",
+    done = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", "model.context_size=3",
                            "model.embed_dim=8", "model.hidden_dim=8", "trainer.max_epochs=3", "seed=0,1",
                            "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""The softmax head's CPU fast path (nplm.heads.cpu_gemm, LinearSoftmaxNLL) and nplm.malloc: the same
+"""The softmax head's CPU fast path (nplm.fast.cpu_gemm, LinearSoftmaxNLL) and nplm.fast.malloc: the same
 numbers as torch's own addmm / autograd, to float32 rounding."""
 
 import platform
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from nplm.heads import build_head
-from nplm.heads.cpu_gemm import ONEDNN_MIN_OUTPUTS, WEIGHT_GRAD_BLOCK, linear, weight_grad
-from nplm.malloc import keep_freed_memory
+from nplm.fast.cpu_gemm import ONEDNN_MIN_OUTPUTS, WEIGHT_GRAD_BLOCK, linear, weight_grad
+from nplm.fast.malloc import keep_freed_memory
 
 
 def test_linear_equals_addmm_below_and_above_the_onednn_size():

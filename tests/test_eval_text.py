@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import compose_cfg
-from nplm.evaluate import evaluate, main
-from nplm.train import train
+from nplm.cli.evaluate import evaluate, main
+from nplm.training.train import train
 
 LINES = ["The cat sat on the mat", "the dog sat on the log", "A cat saw a dog", "the dog ran away",
          "The bird sang", "a bird saw the cat", "the cat ran after the bird", "The mat was red"]
@@ -70,9 +70,9 @@ def test_truncated_checkpoint_and_undecodable_text_are_refused(text_run, tmp_pat
 
 
 def test_eval_prints_progress_lines_on_stderr_only(text_run, capsys):
-    from nplm.checkpoint import load_model
+    from nplm.training.checkpoint import load_model
     from nplm.data.windows import Windows
-    from nplm.evaluate import perplexity
+    from nplm.cli.evaluate import perplexity
 
     record, _, _ = text_run
     module = load_model(record["best_checkpoint"])

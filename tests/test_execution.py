@@ -1,4 +1,4 @@
-"""Several batches per Lightning step (`steps_per_execution`, nplm.execution): the same training as one
+"""Several batches per Lightning step (`steps_per_execution`, nplm.training.execution): the same training as one
 batch per step, with every trainer option that counts batches still counting batches."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from conftest import TOY_FAST, compose_cfg
 
-from nplm.train import train
+from nplm.training.train import train
 
 from nplm.data.windows import BatchIndices, GroupedBatches, Windows
-from nplm.execution import ExecutionPlan
+from nplm.training.execution import ExecutionPlan
 
 
 @pytest.mark.parametrize("trainer, size, lightning, per_epoch", [
@@ -126,7 +126,7 @@ def test_a_loader_of_single_batches_trains_too(tmp_path):
     import pytorch_lightning as pl
 
     from nplm.data.datamodule import LMDataModule
-    from nplm.lit import LanguageModel
+    from nplm.training.module import LanguageModel
 
     dm = LMDataModule({"name": "toy"}, 3, 8, 64)
     dm.setup()
@@ -145,7 +145,7 @@ def test_a_callback_on_the_per_batch_hooks_gets_them_and_the_same_training(tmp_p
     import pytorch_lightning as pl
 
     from nplm.data.datamodule import LMDataModule
-    from nplm.lit import LanguageModel
+    from nplm.training.module import LanguageModel
 
     class Count(pl.Callback):
         backward = steps = 0

@@ -165,7 +165,7 @@ def test_training_step_of_every_head_never_syncs_on_cuda(name, options, precisio
     """Forward, backward and a fused Adam update with torch.cuda.set_sync_debug_mode("error"): a
     host-device sync anywhere in them raises."""
     from nplm.models import NPLM, NPLMConfig
-    from nplm.optim import OptimizerConfig, build_optimizer
+    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer
 
     model = NPLM(V, NPLMConfig(context_size=3, embed_dim=8, hidden_dim=16)).cuda()
     head = build_head({"name": name, **options}, model.feature_dim, V, [int(300 / (r + 1)) for r in range(V)],

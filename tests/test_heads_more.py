@@ -237,8 +237,8 @@ def test_adaptive_default_cutoffs_work_for_tiny_vocabularies(V_small):
 
 def test_class_based_head_with_brown_tree_classes_trains_and_reloads(run_train, tmp_path):
     from conftest import TOY_FAST
-    from nplm.checkpoint import load_model
-    from nplm.evaluate import evaluate
+    from nplm.training.checkpoint import load_model
+    from nplm.cli.evaluate import evaluate
 
     run_train(*TOY_FAST, "head=class_based", "head.classes=tree", "head.num_classes=5", "tree=brown")
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"

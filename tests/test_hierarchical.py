@@ -10,7 +10,7 @@ import torch
 from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.hierarchical import HierarchicalHead
-from nplm.predict import predict
+from nplm.cli.predict import predict
 from nplm.trees.tree import Tree, balanced_nested
 
 # An unbalanced tree over 6 words: ((0, (1, 2)), (3, (4, 5)))... made deeper on one side.

@@ -1,4 +1,4 @@
-"""Neural + n-gram mixtures (`nplm.mixture`, `nplm-mix`): EM weight, exact endpoints, end to end."""
+"""Neural + n-gram mixtures (`nplm.inference.mixture`, `nplm-mix`): EM weight, exact endpoints, end to end."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from nplm.checkpoint import load_model
+from nplm.training.checkpoint import load_model
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
-from nplm.mixture import (build_ngram, fit_mixture_weight, main, mix, mix_log_probs, neural_log_probs,
-                          perplexity)
+from nplm.cli.mix import main
+from nplm.inference.mixture import (build_ngram, fit_mixture_weight, mix, mix_log_probs, neural_log_probs,
+                                   perplexity)
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context
-from nplm.train import train
+from nplm.training.train import train
 
 from conftest import TOY_FAST, compose_cfg, make_fake_brown
 

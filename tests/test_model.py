@@ -9,8 +9,8 @@ import torch
 
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import InverseTimeDecay, OptimizerConfig, param_groups
-from nplm.perplexity import Perplexity
+from nplm.optimizers.lazy import InverseTimeDecay, OptimizerConfig, param_groups
+from nplm.training.perplexity import Perplexity
 
 
 def n_params(module) -> int:

@@ -35,7 +35,7 @@ def test_a_row_has_converged_when_patience_epochs_passed_its_best():
     assert not run.converged(record([300, 250, 240, 241]))  # stopped by the budget one epoch after the best
     assert not run.converged(record([300, 250, 240, 241, 245], status="running"))
     # the second epoch after the best cut short by the budget (stop_at): not early stopping, as in the
-    # Bengio driver's stopped_by (one definition, nplm.replication)
+    # Bengio driver's stopped_by (one definition, replication)
     assert not run.converged(record([300, 250, 240, 241, 245], last_epoch_s=10.0))
     assert run.converged(record(list(range(run.MAX_EPOCHS, 0, -1))))  # the safety net
     # with the step column, whole epochs are counted in optimizer steps, not timed: a last epoch that

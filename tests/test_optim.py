@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
 from conftest import TOY_FAST
 
 

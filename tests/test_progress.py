@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nplm.progress import duration
+from nplm.tracking.progress import duration
 
 # No WANDB_SILENT from the environment: nplm itself must keep W&B quiet.
 ENV = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"} | {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
@@ -18,13 +18,13 @@ TOY_PIPED = ["corpus=toy", "threads=1", "data.batch_size=8", "data.eval_batch_si
              "+trainer.max_steps=10", "logger=wandb"]
 NOISE = ["GPU available", "TPU available", "HPU available", "litlogger", "LeafSpec", "anonymous setting",
          "could not find the monitored key", "`Trainer.fit` stopped", "Restoring states"]
-TRAIN_LINE = re.compile(r"\]\[nplm\.progress\]\[INFO\] - epoch 0  batch (\d+)/15  loss \d+\.\d{3}  ppl \d+\.\d  "
+TRAIN_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - epoch 0  batch (\d+)/15  loss \d+\.\d{3}  ppl \d+\.\d  "
                         r"[\d,]+ tokens/s  ETA \d+s$")
-TEST_LINE = re.compile(r"\]\[nplm\.progress\]\[INFO\] - test  batch (\d+)/15  [\d,]+ tokens/s  ETA \d+s$")
+TEST_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - test  batch (\d+)/15  [\d,]+ tokens/s  ETA \d+s$")
 
 
 def piped_run(tmp_path: Path, name: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "nplm.train", *TOY_PIPED, f"paths.data_dir={tmp_path}",
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", *TOY_PIPED, f"paths.data_dir={tmp_path}",
                              f"hydra.run.dir={tmp_path / name}", *args], cwd=tmp_path, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -46,7 +46,7 @@ def test_piped_run_prints_timed_plain_lines_and_no_third_party_noise(tmp_path):
     assert [noise for noise in NOISE if noise in out] == [], out
 
     quiet = piped_run(tmp_path, "b", "progress.interval=1000")  # the default, 30 s, is longer than this run
-    assert "nplm.progress" not in quiet and "epoch 0: train/ppl" in quiet  # the epoch's summary line only
+    assert "nplm.tracking.progress" not in quiet and "epoch 0: train/ppl" in quiet  # the epoch's summary line only
 
 
 def test_verbose_shows_what_is_silenced(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import TOY_FAST, compose_cfg
 
-from nplm.replication import run_summary, train_row, valid_test
+from replication import run_summary, train_row, valid_test
 
 # Bengio et al. (2003), Table 1: (context words n-1, h, m, direct)
 TABLE1 = {"mlp1": (4, 50, 60, True), "mlp3": (4, 0, 60, True), "mlp5": (4, 50, 30, True),

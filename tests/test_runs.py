@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nplm.compare import find_jobs, main as compare_main
+from nplm.cli.compare import find_jobs, main as compare_main
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
 SMALL = ["corpus=tiny_shakespeare", "model.context_size=4", "model.embed_dim=8", "model.hidden_dim=16",
@@ -21,7 +21,7 @@ SMALL = ["corpus=tiny_shakespeare", "model.context_size=4", "model.embed_dim=8",
 
 
 def nplm_train(cwd: Path, *args: str, wait: bool = True):
-    command = [sys.executable, "-m", "nplm.train", *args]
+    command = [sys.executable, "-m", "nplm.cli.train", *args]
     if wait:
         return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
     return subprocess.Popen(command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -99,7 +99,7 @@ def test_compare_refuses_folders_without_runs(tmp_path):
 def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
     from conftest import TOY_FAST, compose_cfg
     from nplm.errors import UserError
-    from nplm.train import train
+    from nplm.training.train import train
 
     run_train(*TOY_FAST)
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
@@ -119,7 +119,7 @@ def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_trai
     the third epoch worse than the second, and continuing the run must start after it, not train it again."""
     import torch
     from conftest import TOY_FAST, compose_cfg
-    from nplm.train import train
+    from nplm.training.train import train
 
     steep = [*TOY_FAST, "data.batch_size=4", "optimizer.lr=0.3"]
     run = tmp_path / "run"
@@ -186,7 +186,7 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
 
 def test_resume_names_every_changed_override(tmp_path):
     from nplm.errors import UserError
-    from nplm.runs import override_changes, resolve_resume
+    from nplm.tracking.runs import override_changes, resolve_resume
 
     assert override_changes(["corpus=toy", "model.embed_dim=8", "seed=1"], ["corpus=toy", "seed=2", "+x.y=3"]) == [
         "model.embed_dim=8 -> (default)", "seed=1 -> 2", "x.y=(default) -> 3"]

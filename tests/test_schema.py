@@ -9,7 +9,8 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
-from nplm.config.cli import CONF_DIR, options
+from nplm.cli.train import options
+from nplm.config import CONF_DIR
 from nplm.config.rules import AnyOf, Bool, Choice, Resume, Rule, SearchDir, Section, Str, StrList, show
 from nplm.config.schema import GROUPS, TOP, WANDB, check_tree, validate
 from nplm.errors import UserError

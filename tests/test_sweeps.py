@@ -18,7 +18,7 @@ FAST = ["corpus=toy", "trainer.max_epochs=1", "logger=none"]
 
 
 def nplm_train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "nplm.train", *args], cwd=cwd, env=ENV, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result

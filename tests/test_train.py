@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nplm.checkpoint import load_model
-from nplm.evaluate import evaluate
-from nplm.generate import generate
-from nplm.predict import predict
+from nplm.training.checkpoint import load_model
+from nplm.cli.evaluate import evaluate
+from nplm.cli.generate import generate
+from nplm.cli.predict import predict
 
 from conftest import TOY_FAST, make_fake_brown
 
@@ -41,7 +41,7 @@ def test_toy_run_writes_metrics_config_history_and_checkpoint(run_train, tmp_pat
 
 def test_same_seed_same_perplexities(tmp_path):
     from conftest import compose_cfg
-    from nplm.train import train
+    from nplm.training.train import train
 
     a = train(compose_cfg(tmp_path / "a", *TOY_FAST))
     b = train(compose_cfg(tmp_path / "b", *TOY_FAST))
@@ -122,7 +122,7 @@ def test_multirun_2x2_gives_four_runs_with_wandb_offline(tmp_path):
     own metrics.json and its own offline W&B run holding the perplexities."""
     sweep = tmp_path / "sweep"
     result = subprocess.run(
-        [sys.executable, "-m", "nplm.train", "-m", "model.context_size=2,4", "model.embed_dim=16,32", "corpus=toy",
+        [sys.executable, "-m", "nplm.cli.train", "-m", "model.context_size=2,4", "model.embed_dim=16,32", "corpus=toy",
          "trainer.max_epochs=1", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
         env={**__import__("os").environ, "WANDB_MODE": "offline"},

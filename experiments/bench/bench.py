@@ -6,8 +6,8 @@
 (c) the training step's FLOP rate as a fraction of this machine's measured fp32 matmul peak
     (target >= 60%);
 then an ablation of the CPU speed-ups of the full softmax's step, in the plain loop: the gradients by
-hand (`nplm.backprop`), the output layer's matmuls through `nplm.heads.cpu_gemm` and malloc keeping
-large buffers (`nplm.malloc`).
+hand (`nplm.fast.backprop`), the output layer's matmuls through `nplm.fast.cpu_gemm` and malloc keeping
+large buffers (`nplm.fast.malloc`).
 
     python experiments/bench/bench.py [--batch-size 512] [--steps 40] [--write-readme]
 
@@ -28,13 +28,13 @@ import pytorch_lightning as pl
 import torch
 from provenance import stamp
 
-from nplm import backprop
+from nplm.fast import backprop
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
-from nplm.lit import LanguageModel
+from nplm.training.module import LanguageModel
 from nplm.heads.softmax import SoftmaxNLL
-from nplm.malloc import keep_freed_memory
-from nplm.optim import step_without_profiler
+from nplm.fast.malloc import keep_freed_memory
+from nplm.optimizers.lazy import step_without_profiler
 from nplm.data.vocabulary import Vocabulary
 
 HERE = Path(__file__).resolve().parent
@@ -94,7 +94,7 @@ def make_module(dm: LMDataModule) -> LanguageModel:
 
 def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
     """Examples/s of a hand-written loop: the same module, optimizer and batches, no Lightning, the
-    gradients and optimizer step as the module's training step does them (`nplm.backprop`,
+    gradients and optimizer step as the module's training step does them (`nplm.fast.backprop`,
     `step_without_profiler`). `nll(module)`: the per-example loss to train on instead, through
     autograd and `optimizer.step()` (the ablation)."""
     module = make_module(dm)
@@ -236,8 +236,8 @@ def main() -> None:
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     if args.ablation_rounds:
         table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the gradients by hand "
-                  "(`nplm.backprop`, else autograd and `optimizer.step()`), the output layer's CPU path "
-                  "(`nplm.heads.cpu_gemm`) and malloc keeping large buffers (`nplm.malloc`), off in turn; a "
+                  "(`nplm.fast.backprop`, else autograd and `optimizer.step()`), the output layer's CPU path "
+                  "(`nplm.fast.cpu_gemm`) and malloc keeping large buffers (`nplm.fast.malloc`), off in turn; a "
                   "fresh process per measurement.", ""]
         table += ablation(args)
     header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from nplm.ngram import ClassNgram, KneserNey, split_context
-from nplm.replication import corpus_datamodule
+from replication import corpus_datamodule
 
 PAPER = {150: 334, 200: 340, 500: 312, 1000: 319, 2000: 326}
 

@@ -34,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import OptimizerConfig, build_optimizer
+from nplm.optimizers.lazy import OptimizerConfig, build_optimizer
 from nplm.trees.tree import Tree, balanced_nested
 
 MLP1 = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)

@@ -23,7 +23,7 @@ import torch
 from provenance import stamp
 
 from nplm.heads import Head, build_head
-from nplm.malloc import keep_freed_memory
+from nplm.fast.malloc import keep_freed_memory
 from nplm.trees.tree import Tree, balanced_nested
 
 V, F, B = 17_905, 290, 256
@@ -103,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as nplm-train does (nplm.malloc)
+    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
 
     torch.manual_seed(0)
     counts = zipf_counts(V)

@@ -23,11 +23,11 @@ import torch
 from provenance import stamp
 from torch import nn
 
-from nplm import backprop
+from nplm.fast import backprop
 from nplm.heads import build_head
-from nplm.malloc import keep_freed_memory
+from nplm.fast.malloc import keep_freed_memory
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
 from nplm.trees.tree import Tree, balanced_nested
 
 HERE = Path(__file__).resolve().parent
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as nplm-train does (nplm.malloc)
+    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
     sizes = [int(s) for s in args.sizes.split(",")]
     heads = {"softmax": {"name": "softmax"},
              "hierarchical": {"name": "hierarchical"},  # morin_bengio nodes, balanced tree

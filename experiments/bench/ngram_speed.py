@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context, write_arpa
-from nplm.replication import corpus_datamodule
+from replication import corpus_datamodule
 
 PAPER = {"deleted_interpolation3": (352, 336), 3: (334, 323), 4: (332, 321), 5: (332, 321)}  # (valid, test)
 ORDERS = (3, 4, 5)

@@ -8,7 +8,7 @@ hits all of them alike), each timing `--steps` training steps after `--warmup` u
   from an `nn.Embedding` and three `nn.Linear`, `nn.CrossEntropyLoss`, `torch.optim.Adam(lr=1e-3)`;
 - `plain`: nplm's model + softmax head + optimizer (fused Adam) on nplm's batches, a hand-written loop,
   the gradients and the optimizer step as nplm-train does them for this model (by hand:
-  `nplm.backprop`; `nplm.optim.step_without_profiler`);
+  `nplm.fast.backprop`; `nplm.optimizers.lazy.step_without_profiler`);
 - `plain, autograd`: the same loop with `loss.backward()` and `optimizer.step()` (as nplm-train did
   before those two);
 - `nplm-train`: `train(cfg)` of `experiment=tinyshakespeare_char` (what `nplm-train` runs, its callbacks,
@@ -95,10 +95,10 @@ def notebook_loop(text: str, steps: int, warmup: int) -> float:
 
 # -- nplm's model, head and optimizer in a plain loop ------------------------------------------------
 def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd: bool = False) -> float:
-    from nplm import backprop
+    from nplm.fast import backprop
     from nplm.heads import build_head
     from nplm.models import NPLM, NPLMConfig
-    from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
+    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
 
     model = NPLM(len(dm.vocab), NPLMConfig.from_dict(MODEL))
     head = build_head({"name": "softmax"}, model.feature_dim, len(dm.vocab))
@@ -110,7 +110,7 @@ def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd
 
     if compile_step:
         step = torch.compile(step, fullgraph=True)
-    by_hand = not (compile_step or autograd)  # as nplm-train trains this model (nplm.backprop)
+    by_hand = not (compile_step or autograd)  # as nplm-train trains this model (nplm.fast.backprop)
     n, start, i = 0, 0.0, 0
     while i < warmup + steps:
         for context, target in dm.train_dataloader():
@@ -134,7 +134,8 @@ def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd
 def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
     from hydra import compose, initialize_config_dir
 
-    from nplm.train import CONF_DIR, train
+    from nplm.config import CONF_DIR
+from nplm.training.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         overrides = ["experiment=tinyshakespeare_char", f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data",
@@ -155,7 +156,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from nplm.malloc import keep_freed_memory
+    from nplm.fast.malloc import keep_freed_memory
 
     keep_freed_memory()  # nplm-train sets it for the process; set here first, every contender runs with it
     import logging

@@ -22,7 +22,7 @@ from torch import nn
 
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import OptimizerConfig, build_optimizer
+from nplm.optimizers.lazy import OptimizerConfig, build_optimizer
 
 
 def training_loop(batches: list, direct: bool):

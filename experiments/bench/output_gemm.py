@@ -1,4 +1,4 @@
-"""The full softmax's two large CPU matmuls, torch's default (MKL) against `nplm.heads.cpu_gemm`.
+"""The full softmax's two large CPU matmuls, torch's default (MKL) against `nplm.fast.cpu_gemm`.
 
 For each shape (batch B, features F, vocabulary V): the forward y = f W^T + b as `torch.addmm` and as
 oneDNN's linear, and the weight gradient g^T f as one `torch.mm` and as `cpu_gemm.weight_grad` (in
@@ -19,7 +19,7 @@ import time
 import torch
 from provenance import stamp
 
-from nplm.heads.cpu_gemm import weight_grad
+from nplm.fast.cpu_gemm import weight_grad
 
 SHAPES = [(1024, 290, 17905), (512, 290, 17905), (256, 290, 17905), (256, 290, 10000), (64, 290, 10000),
           (1024, 290, 4000), (128, 448, 65)]

@@ -10,7 +10,7 @@ trigram, modified Kneser-Ney back-off n = 3/4/5, class-based back-off n = 3 with
 classes) and the networks MLP1/3/5/7/9 under two recipes, `paper` (conf/experiment/bengio2003/paper.yaml)
 and `modern` (modern.yaml), and WIDE, a larger MLP9 not in the paper, under `modern` only. A killed network run resumes from its last checkpoint. Each finished
 network is mixed 0.5/0.5 with the interpolated trigram (the even MLP rows) and with an EM-fitted
-weight (`nplm.mixture`). Each row's result is a small JSON file in experiments/bengio2003/results/
+weight (`nplm.inference.mixture`). Each row's result is a small JSON file in experiments/bengio2003/results/
 (committed); the README's tables are written from those files only. Runs live in outputs/bengio2003/.
 """
 
@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import sys
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary,
                               stopped_by, train_row, valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +60,7 @@ CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpu
 
 def count_ngrams(keys: list[str], rerun: bool) -> None:
     """Fit each missing n-gram row (each chosen one with `rerun`) on train and write its valid/test perplexity."""
-    from nplm.mixture import build_ngram, ngram_log_probs, perplexity
+    from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
 
     todo = [k for k in keys if rerun or not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
@@ -85,7 +87,7 @@ def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | 
     """Train (or resume; with `rerun`, go on from the last checkpoint of a finished run) one network row,
     then mix it with the interpolated trigram. `lr`: the `converged` recipe's step size for this run;
     `extra`: overrides that do not change what is trained (trainer=gpu, logger=csv, trainer.max_time)."""
-    from nplm.mixture import mix
+    from nplm.inference.mixture import mix
 
     name = f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else "")
     if not rerun and load_result(RESULTS, name):

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
-from nplm.replication import read_record, train_row
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import read_record, train_row
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent

@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
-from nplm.replication import read_record, train_row
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import read_record, train_row
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "probes.json"

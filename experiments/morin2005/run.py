@@ -38,7 +38,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from nplm.replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
                               run_summary, stopped_by, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
@@ -109,15 +110,15 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
     1024) examples/s of each output layer on the same network and the same Brown windows."""
     import torch
 
-    from nplm import backprop
+    from nplm.fast import backprop
     from nplm.heads import build_head
-    from nplm.malloc import keep_freed_memory
+    from nplm.fast.malloc import keep_freed_memory
     from nplm.models import NPLM, NPLMConfig
-    from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
+    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
     from nplm.trees import TreeContext, build_tree
 
     torch.set_num_threads(threads)
-    keep_freed_memory()  # as nplm-train does (nplm.malloc)
+    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
     dm = morin_corpus()
     V, counts = len(dm.vocab), dm.vocab.counts
     tree = build_tree({"name": "balanced"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
@@ -173,7 +174,7 @@ def tree_shapes() -> None:
 
 # -- Table 3: perplexity -----------------------------------------------------------------------------
 def count_ngram(key: str) -> None:
-    from nplm.mixture import build_ngram, ngram_log_probs, perplexity
+    from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
 
     dm = morin_corpus()
     start = time.perf_counter()
@@ -307,7 +308,7 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
             run_dir.mkdir(parents=True, exist_ok=True)
             log = open(f"{run_dir}.log", "a")
             print(f"[{time.time() - start:6.0f} s] {row}: nplm-train {' '.join(command)}", flush=True)
-            running[row] = (subprocess.Popen([sys.executable, "-m", "nplm.train", *command], cwd=ROOT, stdout=log,
+            running[row] = (subprocess.Popen([sys.executable, "-m", "nplm.cli.train", *command], cwd=ROOT, stdout=log,
                                              stderr=subprocess.STDOUT, env=env), log, overrides)
         time.sleep(1)
 

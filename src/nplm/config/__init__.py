@@ -1,6 +1,8 @@
-"""nplm-train's configuration: the checked schema (`validate`) and the `--help` page. Cheap to import:
-no torch, Lightning or W&B."""
+"""nplm-train's configuration: where the Hydra configs live (`CONF_DIR`), the option rules and the
+checked schema built from the registries (`nplm.config.schema.validate`)."""
 
-from nplm.config.schema import validate
+from pathlib import Path
 
-__all__ = ["validate"]
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # nplm/conf, inside the installed package
+
+__all__ = ["CONF_DIR"]

@@ -41,6 +41,7 @@ class Rule:
     default: Any = None
     required: bool = False  # the key must be given (no usable default)
     hint: str = ""  # added to the description, e.g. "-1, endless training, is refused"
+    doc: str = ""  # what the key does, for the help page (`nplm-train --help GROUP=OPTION`)
 
     def __call__(self, value) -> str | None:
         if value is None:

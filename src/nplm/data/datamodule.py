@@ -123,7 +123,7 @@ class LMDataModule(pl.LightningDataModule):
 
     def group_training(self, size: int, limit: int | None = None) -> None:
         """The training loader yields lists of `size` consecutive batches, `limit` batches per epoch
-        (`nplm.execution.ExecutionPlan`); validation and test batches stay single."""
+        (`nplm.training.execution.ExecutionPlan`); validation and test batches stay single."""
         self.train_group, self.train_limit = size, limit
 
     def has_split(self, split: str) -> bool:

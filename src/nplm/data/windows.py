@@ -94,7 +94,7 @@ class BatchIndices(Sampler):
 
 class GroupedBatches(Sampler):
     """The first `limit` batches of `batches` (an epoch of index batches), `size` at a time: lists of
-    consecutive batches, the last list shorter (`nplm.execution`: several batches per Lightning step)."""
+    consecutive batches, the last list shorter (`nplm.training.execution`: several batches per Lightning step)."""
 
     def __init__(self, batches: Sampler, size: int, limit: int | None = None):
         self.batches, self.size = batches, size

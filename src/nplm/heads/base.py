@@ -67,12 +67,12 @@ class Head(nn.Module):
         return self.nll(features, target)
 
     def can_backprop_by_hand(self) -> bool:
-        """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.backprop)."""
+        """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.fast.backprop)."""
         return False
 
     def nll_and_backprop(self, features: torch.Tensor, target: torch.Tensor,
                          grad_nll: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Training without autograd (nplm.backprop): `loss(features, target)` [B] and dL/df [B, F] for
+        """Training without autograd (nplm.fast.backprop): `loss(features, target)` [B] and dL/df [B, F] for
         L = sum_rows grad_nll * loss, adding the head's parameter gradients to their `.grad`."""
         raise NotImplementedError
 

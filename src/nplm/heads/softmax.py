@@ -8,7 +8,7 @@ computed in place in two passes over [B, V] (and no branch on the data: no host 
 `F.cross_entropy` zero-fills a [B, V] gradient and makes two more passes; at the Brown vocabulary that halves the loss' share of a training step
 (experiments/bench). On a CPU in float32 (no autocast, not compiled) training goes through
 `LinearSoftmaxNLL`, which also owns the output layer's matmuls so that it can run them where they are
-fast there (`nplm.heads.cpu_gemm`); elsewhere autograd differentiates `nn.Linear` as usual.
+fast there (`nplm.fast.cpu_gemm`); elsewhere autograd differentiates `nn.Linear` as usual.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nplm.backprop import accumulate_grad
+from nplm.fast.backprop import accumulate_grad
 from nplm.heads.base import Head, wide
-from nplm.heads.cpu_gemm import is_cpu_float32, linear, weight_grad
+from nplm.fast.cpu_gemm import is_cpu_float32, linear, weight_grad
 
 
 class SoftmaxNLL(torch.autograd.Function):
@@ -45,14 +45,14 @@ def softmax_minus_onehot_(log_p: torch.Tensor, target: torch.Tensor, grad_nll: t
 def linear_softmax_nll(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                        target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """-log softmax(f W^T + b)[t] `[B]` and the log-softmax `[B, V]` its backward starts from; the
-    matmul through `nplm.heads.cpu_gemm`."""
+    matmul through `nplm.fast.cpu_gemm`."""
     log_p = torch.log_softmax(linear(features, weight, bias), dim=-1)  # [B, V]
     return -log_p.gather(1, target[:, None]).squeeze(1), log_p
 
 
 class LinearSoftmaxNLL(torch.autograd.Function):
     """-log softmax(f W^T + b)[t] per row, the output layer's matmuls included (CPU, float32): the
-    forward's y and the backward's dW run through `nplm.heads.cpu_gemm`; df = dy W, db = sum_rows dy."""
+    forward's y and the backward's dW run through `nplm.fast.cpu_gemm`; df = dy W, db = sum_rows dy."""
 
     @staticmethod
     def forward(ctx, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor):
@@ -87,7 +87,7 @@ class SoftmaxHead(Head):
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(wide(self.logits(features)), dim=-1)  # [B, V]
 
-    # -- backpropagation by hand (nplm.backprop) -------------------------------------------------
+    # -- backpropagation by hand (nplm.fast.backprop) -------------------------------------------------
     def can_backprop_by_hand(self) -> bool:
         return is_cpu_float32(self.out.weight)
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
-from nplm.backprop import accumulate_grad
+from nplm.fast.backprop import accumulate_grad
 from nplm.errors import UserError
 
 ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
@@ -102,7 +102,7 @@ class NPLM(nn.Module):
         parts = ([x] if self.cfg.direct else []) + ([a] if a is not None else [])
         return (torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]), a
 
-    # -- backpropagation by hand (nplm.backprop) ----------------------------------------------------
+    # -- backpropagation by hand (nplm.fast.backprop) ----------------------------------------------------
     def can_backprop_by_hand(self) -> bool:
         """Whether `forward_saving`/`backprop` can train this model: on a CPU, float32, a dense gradient
         for C (the sparse one is nn.Embedding's)."""

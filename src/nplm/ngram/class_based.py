@@ -26,7 +26,7 @@ table 1 (150, 200, 500, 1000 and 2000 classes). Every word w belongs to exactly 
       P(w | c) = (n(w) + a) / (n(c) + a |c|),    n(c) = sum_{v in c} n(v),  |c| = words in class c,
 
   with a = `word_smoothing` (default 1, add-one). A class of one word gets P(w | c) = 1.
-  `nplm.replication.class_ngram` picks a on the validation split.
+  `replication.class_ngram` picks a on the validation split.
 
 Both factors are distributions (each class id in 0..C-1 holds at least one word), so the product
 sums to 1 over the vocabulary for every history.

@@ -4,7 +4,7 @@ Mnih & Hinton, "A Scalable Hierarchical Distributed Language Model" (NIPS 2009),
 model on a random tree first; represent each word by the model's *predicted* representation averaged
 over the training contexts that precede the word; build the tree by recursive two-component Gaussian
 mixtures of those vectors (`mixture_tree`); train a second model from scratch on it. The first and
-last steps are `nplm.train`'s (phases `tree.bootstrap`, then the run itself); the middle one is
+last steps are `nplm.training.train`'s (phases `tree.bootstrap`, then the run itself); the middle one is
 `predicted_word_vectors` (here) and `build` (the tree). The vectors arrive as `ctx.embeddings` [V, d].
 """
 
@@ -24,7 +24,7 @@ def predicted_word_vectors(module, windows: torch.Tensor, vocab_size: int, batch
     model's predicted representation `head.predicted_representation(model(context))` (the vector the
     tree's nodes score: f for logistic nodes, c + W f for Morin-Bengio nodes; see that method), in
     eval mode (no dropout). Words that are never a target get the mean over all windows.
-    `module`: a trained `nplm.lit.LanguageModel`; `windows`: [N, n] (context..., target) ids."""
+    `module`: a trained `nplm.training.module.LanguageModel`; `windows`: [N, n] (context..., target) ids."""
     was_training = module.training
     module.eval()
     device = next(module.parameters()).device

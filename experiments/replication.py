@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
 
 
@@ -24,7 +24,7 @@ def corpus_datamodule(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
     from nplm.data.datamodule import LMDataModule
-    from nplm.train import CONF_DIR
+    from nplm.config import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
@@ -37,7 +37,7 @@ def class_ngram(num_classes: int, dm, order: int = 3):
     """Back-off class n-gram on exchange-algorithm classes (clustered once); the within-class add-a
     smoothing of P(w | c) (0.5-8) and the pooling of rare words (`min_count` 0, 2 or 3) chosen on
     validation."""
-    from nplm.mixture import ngram_log_probs, perplexity
+    from nplm.inference.mixture import ngram_log_probs, perplexity
     from nplm.ngram import ClassNgram
     from nplm.ngram.class_based import pool_rare_words
 
@@ -77,7 +77,7 @@ def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, reru
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         log_path = Path(f"{run_dir}.log")
         with open(log_path, "a") as log:
-            code = subprocess.run([sys.executable, "-m", "nplm.train", *command[1:]], cwd=ROOT, stdout=log,
+            code = subprocess.run([sys.executable, "-m", "nplm.cli.train", *command[1:]], cwd=ROOT, stdout=log,
                                   stderr=subprocess.STDOUT).returncode
         record = read_record(run_dir)
         status = record["status"] if record else "missing"

@@ -1,17 +1,11 @@
-"""Training entry point: `train(cfg) -> metrics`; `main()` is the thin `@hydra.main` wrapper.
-
-    nplm-train                                   # config/train.yaml defaults
-    nplm-train experiment=quickstart             # the README's default experiment
-    nplm-train -m model.context_size=2,4 model.embed_dim=16,32 corpus=toy
-"""
+"""`train(cfg) -> metrics`: one training run from a composed config (tests and sweeps call it directly;
+`nplm.cli.train` is the console command around it)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import secrets
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -20,27 +14,22 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from nplm.checkpoint import check_resumable
-from nplm.config import validate
-from nplm.config.cli import CONF_DIR, command_line
+from nplm.training.checkpoint import check_resumable
+from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
-from nplm.errors import EXIT_USER_ERROR, UserError
-from nplm.execution import ExecutionPlan
+from nplm.errors import UserError
+from nplm.training.execution import ExecutionPlan
 from nplm.heads import head_class
-from nplm.lit import LanguageModel, use_tf32
-from nplm.malloc import keep_freed_memory
-from nplm.progress import Progress
-from nplm.quiet import quiet
-from nplm.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
+from nplm.training.module import LanguageModel, use_tf32
+from nplm.fast.malloc import keep_freed_memory
+from nplm.tracking.progress import Progress
+from nplm.tracking.quiet import quiet
+from nplm.tracking.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
                        resolve_resume)
-from nplm.tracking import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
+from nplm.tracking.records import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
 from nplm.trees import Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
-
-# Hydra's second-resolution timestamps collide when jobs start together: add a random suffix.
-OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
-
 
 def _hydra_job() -> tuple[str, str | None]:
     """(W&B run name from the job's overrides, W&B group: the sweep for multiruns)."""
@@ -139,7 +128,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
        bootstrap/word_vectors.pt, and cluster them into the tree -> bootstrap/learned_tree.json.
 
     Each artifact is written whole (a temporary file renamed), so a kill leaves it complete or absent."""
-    from nplm.checkpoint import load_model
+    from nplm.training.checkpoint import load_model
     from nplm.trees.learned import predicted_word_vectors
 
     tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
@@ -250,7 +239,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if threads:
         torch.set_num_threads(threads)
     use_tf32(bool(cfg.get("tf32", True)))
-    keep_freed_memory()  # large CPU buffers reused between steps (nplm.malloc)
+    keep_freed_memory()  # large CPU buffers reused between steps (nplm.fast.malloc)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
@@ -311,40 +300,3 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         raise
     finally:
         finish_wandb(failed)
-
-
-_failed_jobs: list[str] = []
-
-
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
-def _hydra_main(cfg: DictConfig) -> float:
-    """One job. In a multirun a failed job is recorded and the sweep goes on; the exit code is
-    non-zero at the end if any job failed."""
-    try:
-        metrics = train(cfg)
-    except UserError as err:
-        print(f"nplm: error: {err}", file=sys.stderr)
-        if not is_multirun():
-            sys.exit(EXIT_USER_ERROR)
-        _failed_jobs.append(str(err))
-        return float("nan")
-    except Exception as err:
-        if not is_multirun():
-            raise
-        log.exception("job failed; the sweep goes on")
-        _failed_jobs.append(f"{type(err).__name__}: {err}")
-        return float("nan")
-    return metrics["val/ppl_best"]  # the objective for hyperparameter-search sweepers
-
-
-def main() -> None:
-    command_line(sys.argv[1:])  # --help, and overrides no config has: answered before Hydra starts
-    _hydra_main()
-    if _failed_jobs:
-        print(f"nplm: error: {len(_failed_jobs)} job(s) of the sweep failed; see their metrics.json "
-              "(nplm-compare shows them)", file=sys.stderr)
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()

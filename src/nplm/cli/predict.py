@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 
-from nplm import cli_args as arg
+from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
 
 
 def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") -> list[tuple[str, float]]:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UserError(f"--top-k={top_k}: must be an integer >= 1")
-    from nplm.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
-    from nplm.prompting import next_log_probs, prompt_vectors
+    from nplm.training.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
+    from nplm.inference.prompting import next_log_probs, prompt_vectors
 
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, context, oov)

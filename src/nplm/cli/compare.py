@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nplm import cli_args as arg
+from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
 
 SEED = "seed"
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
             arg.write_text(args.plots / name, data, "--plots")
             print(f"wrote {args.plots / name}")
     if args.html:
-        from nplm.html_report import html_page
+        from nplm.tracking.html_report import html_page
 
         title = f"nplm-compare: {', '.join(str(p) for p in args.paths)}"
         arg.write_text(args.html, html_page(title, header, body, images), "--html")

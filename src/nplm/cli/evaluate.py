@@ -16,12 +16,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from nplm import cli_args as arg
+from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
 
 if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a bad flag fails at once
     from nplm.data.windows import Windows
-    from nplm.lit import LanguageModel
+    from nplm.training.module import LanguageModel
 
 
 def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0) -> dict:
@@ -30,7 +30,7 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
     import torch
 
     from nplm.data.windows import BatchIndices
-    from nplm.progress import duration
+    from nplm.tracking.progress import duration
 
     nll_sum, tokens = 0.0, 0
     batches = BatchIndices(len(windows), batch_size, shuffle=False)
@@ -50,7 +50,7 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
              batch_size: int = 1024) -> dict:
     """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text`."""
-    from nplm.checkpoint import load_model
+    from nplm.training.checkpoint import load_model
     from nplm.data.corpora import file_tokens
     from nplm.data.datamodule import LMDataModule
     from nplm.data.sources import read_text

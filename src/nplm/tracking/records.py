@@ -32,7 +32,7 @@ from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.errors import UserError
-from nplm.runs import job_overrides
+from nplm.tracking.runs import job_overrides
 
 log = logging.getLogger(__name__)
 

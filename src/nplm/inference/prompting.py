@@ -11,11 +11,11 @@ import logging
 
 import torch
 
-from nplm.cli_args import OOV_MODES
+from nplm.cli.args import OOV_MODES
 from nplm.data.tokenizers import TOKENIZERS
 from nplm.data.vocabulary import EOS
 from nplm.errors import UserError
-from nplm.lit import LanguageModel
+from nplm.training.module import LanguageModel
 
 log = logging.getLogger("nplm")
 

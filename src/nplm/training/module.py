@@ -10,14 +10,14 @@ from contextlib import contextmanager
 import pytorch_lightning as pl
 import torch
 
-from nplm import backprop
+from nplm.fast import backprop
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
-from nplm.execution import StepOptions
+from nplm.training.execution import StepOptions
 from nplm.heads import build_head
 from nplm.models import NPLM, NPLMConfig
-from nplm.optim import OptimizerConfig, build_optimizer, step_without_profiler
-from nplm.perplexity import Perplexity
+from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.training.perplexity import Perplexity
 from nplm.trees.tree import Tree
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
@@ -39,9 +39,9 @@ class LanguageModel(pl.LightningModule):
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
 
     Training uses Lightning's manual optimization (`training_step` steps the optimizer once per batch,
-    for several batches per call: `nplm.execution`). With your own `pl.Trainer`, set gradient
+    for several batches per call: `nplm.training.execution`). With your own `pl.Trainer`, set gradient
     clipping and accumulation on `step_options`, not on the Trainer (Lightning refuses them there).
-    Where `nplm.backprop.possible` (the NPLM with the full softmax on a CPU, in float32, not compiled)
+    Where `nplm.fast.backprop.possible` (the NPLM with the full softmax on a CPU, in float32, not compiled)
     the step computes the gradients by hand rather than through autograd: the same gradients, faster
     for small models.
     """
@@ -65,7 +65,7 @@ class LanguageModel(pl.LightningModule):
         self.val_ppl, self.test_ppl = Perplexity(), Perplexity()
         self.best_val_ppl = math.inf
         self.automatic_optimization = False  # training_step steps the optimizer, once per batch
-        self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.execution)
+        self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.training.execution)
         self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
         self._compiled = False  # compile_training_step was called
 
@@ -139,7 +139,7 @@ class LanguageModel(pl.LightningModule):
 
     def training_step(self, batches, batch_idx: int) -> dict:
         """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
-        of one Lightning step (`nplm.execution`). Each batch gets its own forward, backward and
+        of one Lightning step (`nplm.training.execution`). Each batch gets its own forward, backward and
         optimizer step, in order, exactly as with one batch per step; Lightning's own cost per step
         (hooks, callbacks, logging) is paid once per group.
 
@@ -161,7 +161,7 @@ class LanguageModel(pl.LightningModule):
                 if 0 < max_steps <= self.global_step:
                     break
                 accumulate = options.accumulate_grad_batches
-                if self._by_hand:  # the gradients of the batch's mean loss, without autograd (nplm.backprop)
+                if self._by_hand:  # the gradients of the batch's mean loss, without autograd (nplm.fast.backprop)
                     nll = backprop.train_loss(self.model, self.head, context, target, 1 / (len(target) * accumulate))
                 else:
                     nll = self._train_loss(context, target)  # [B]

@@ -8,15 +8,16 @@ line of their yaml file, and the top-level keys from `nplm.config.schema`.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 from pathlib import Path
 
+from nplm.config import CONF_DIR
 from nplm.config.schema import GROUPS, TOP, TOP_DOC
 from nplm.errors import EXIT_USER_ERROR, UserError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # nplm/conf, inside the installed package
 # Groups chosen on the command line (`group=option`) that hold no training keys of their own.
 CHOICE_ONLY = ("experiment", "debug", "sweep")
 HELP_FLAGS = ("-h", "--help")
@@ -112,7 +113,7 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     loads. A composition error becomes one line: above all a key that exists only in another option of
     its group (`head.node_dim=4` while head is softmax), which Hydra reports in five lines with exit 1.
     In a multirun (`-m`) only the first job's composition is checked here (its values are checked per
-    job by `nplm.train.train`, so that a bad job fails alone)."""
+    job by `nplm.training.train.train`, so that a bad job fails alone)."""
     multirun = argv[:1] in (["-m"], ["--multirun"])
     rest = argv[1:] if multirun else argv
     if any(a.startswith("-") for a in rest):  # --cfg, --hydra-help, ...: Hydra's own modes
@@ -175,9 +176,53 @@ def command_line(argv: list[str]) -> None:
         sys.exit(EXIT_USER_ERROR)
 
 
-def main() -> None:
-    """The `nplm-train` console script: answer --help here, train in `nplm.train`."""
-    command_line(sys.argv[1:])
-    from nplm.train import main as train_main
+def _run_jobs() -> None:
+    """Hydra's part: compose each job's config (one, or each of a `-m` sweep) and call `train(cfg)`. In
+    a multirun a failed job is recorded and the sweep goes on; the exit code is 1 at the end if any
+    job failed."""
+    import secrets
 
-    train_main()
+    import hydra
+    from omegaconf import OmegaConf
+
+    from nplm.tracking.runs import is_multirun
+    from nplm.training.train import train
+
+    # Hydra's second-resolution timestamps collide when jobs start together: add a random suffix.
+    OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    failed: list[str] = []
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+    def job(cfg) -> float:
+        try:
+            metrics = train(cfg)
+        except UserError as err:
+            print(f"nplm: error: {err}", file=sys.stderr)
+            if not is_multirun():
+                sys.exit(EXIT_USER_ERROR)
+            failed.append(str(err))
+            return float("nan")
+        except Exception as err:
+            if not is_multirun():
+                raise
+            logging.getLogger(__name__).exception("job failed; the sweep goes on")
+            failed.append(f"{type(err).__name__}: {err}")
+            return float("nan")
+        return metrics["val/ppl_best"]  # the objective for hyperparameter-search sweepers
+
+    job()
+    if failed:
+        print(f"nplm: error: {len(failed)} job(s) of the sweep failed; see their metrics.json "
+              "(nplm-compare shows them)", file=sys.stderr)
+        sys.exit(1)
+
+
+def main() -> None:
+    """The `nplm-train` console script: --help and impossible overrides are answered before Hydra and
+    torch start; then Hydra runs the job(s)."""
+    command_line(sys.argv[1:])
+    _run_jobs()
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from nplm.errors import UserError
-from nplm.lit import CHECKPOINT_KEY, LanguageModel
+from nplm.training.module import CHECKPOINT_KEY, LanguageModel
 
 
 def read_checkpoint(path: str | Path) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from nplm import cli_args as arg
+from nplm.cli import args as arg
 from nplm.errors import report_user_errors
 
 LENGTH = arg.integer(1)
@@ -25,8 +25,8 @@ def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: 
         arg.check(flag, value, checked_type)
     import torch  # here, not at the top: a bad flag is refused before torch and Lightning load
 
-    from nplm.checkpoint import load_model
-    from nplm.prompting import next_log_probs, prompt_vectors, sample_next
+    from nplm.training.checkpoint import load_model
+    from nplm.inference.prompting import next_log_probs, prompt_vectors, sample_next
 
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, prompt, oov)

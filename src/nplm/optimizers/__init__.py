@@ -1,0 +1,1 @@
+"""Optimizers (config group `optimizer`)."""
