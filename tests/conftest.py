@@ -21,6 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))  # the drivers' shared helpers (experiments/replication.py)
 SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
 
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: full trainings and other long tests (subprocess runs, sweeps, DDP, kill/resume, "
+        "the real Brown corpus); `make test` runs them, `make test-fast` (-m 'not slow') leaves them out")
+
+
 # A few Brown-format documents: "word/tag" tokens, one sentence per line (NLTK's tagged reader format).
 FAKE_BROWN_SENTENCES = [
     "The/at jury/nn said/vbd ``/`` the/at election/nn was/bedz fair/jj ''/'' ./.",
