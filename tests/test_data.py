@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nplm.data.corpora import TOY_SENTENCES, load_corpus, split_sizes
+from nplm.data.corpora import load_corpus, split_sizes
+from nplm.data.corpora.toy import TOY_SENTENCES
 from nplm.data.datamodule import LMDataModule
 from nplm.data.tokenizers import clean_brown_text, gpt2
 from nplm.data.vocabulary import UNK, Vocabulary
@@ -116,6 +117,7 @@ def test_brown_cleaning_and_gpt2_pattern():
 
 
 @pytest.mark.skipif(not (SHARED_NLTK / "corpora" / "brown.zip").is_file(), reason="no local Brown copy")
+@pytest.mark.slow
 def test_real_brown_follows_the_bengio_2003_protocol():
     dm = LMDataModule({"name": "brown", "nltk_data": str(SHARED_NLTK), "download": False, "train_size": 800_000,
                        "valid_size": 200_000, "test_size": None, "vocab_from": "all", "min_count": 4}, 4, 8, 8)
@@ -126,6 +128,7 @@ def test_real_brown_follows_the_bengio_2003_protocol():
 
 
 @pytest.mark.skipif(not (SHARED_NLTK / "corpora" / "brown.zip").is_file(), reason="no local Brown copy")
+@pytest.mark.slow
 def test_real_brown_with_the_papers_paragraph_and_text_marks():
     dm = LMDataModule({"name": "brown", "nltk_data": str(SHARED_NLTK), "download": False, "markers": True,
                        "train_size": 800_000, "valid_size": 200_000, "test_size": None, "vocab_from": "all",

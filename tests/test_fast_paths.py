@@ -164,13 +164,13 @@ def test_every_head_on_cuda_gives_the_cpu_nll_and_gradient(name, options):
 def test_training_step_of_every_head_never_syncs_on_cuda(name, options, precision):
     """Forward, backward and a fused Adam update with torch.cuda.set_sync_debug_mode("error"): a
     host-device sync anywhere in them raises."""
-    from nplm.models import NPLM, NPLMConfig
-    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer
+    from nplm.models.nplm import NPLM, NPLMConfig
+    from nplm.optimizers import build_optimizer
 
     model = NPLM(V, NPLMConfig(context_size=3, embed_dim=8, hidden_dim=16)).cuda()
     head = build_head({"name": name, **options}, model.feature_dim, V, [int(300 / (r + 1)) for r in range(V)],
                       Tree.from_nested(balanced_nested(list(range(V))), V)).cuda().train()
-    optimizer = build_optimizer(torch.nn.ModuleList([model, head]), OptimizerConfig())
+    optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
     windows = Windows(torch.randint(0, V, (1000,)), 3).to("cuda")
     batches = list(BatchIndices(len(windows), B, shuffle=True, device="cuda"))
     for i, idx in enumerate(batches[:4]):

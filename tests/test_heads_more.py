@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.class_based import WithinClassNLL, frequency_bins, tree_cut
@@ -198,24 +199,34 @@ def test_sampled_loss_and_gradient_approach_the_exact_ones_for_large_k(power, k,
 
 
 @pytest.mark.parametrize("name,options,message", [
-    ("class_based", {"num_classes": 0}, "head.num_classes=0 must be an integer from 1 to the vocabulary size 37; "
-                                        "e.g. head.num_classes=6 (about sqrt(V)), or null for that default"),
-    ("class_based", {"num_classes": 38}, "head.num_classes=38 must be an integer from 1"),
-    ("class_based", {"classes": 4}, "head.classes=4 is not one of: frequency, tree"),
-    ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=brown"),
-    ("class_based", {"bins": 4}, "unknown option head.bins for head=class_based; valid: num_classes, classes"),
-    ("adaptive", {"cutoffs": [9, 2]}, "head.cutoffs=[9, 2] must be strictly increasing; e.g. head.cutoffs=[2, 9] or null"),
-    ("adaptive", {"cutoffs": [0, 9]}, "head.cutoffs=[0, 9] has 0: each cutoff must be an integer from 1 to V-1=36"),
-    ("adaptive", {"cutoffs": [5, 37]}, "head.cutoffs=[5, 37] has 37: each cutoff must be an integer from 1 to V-1=36"),
-    ("adaptive", {"cutoffs": 5}, "head.cutoffs=5 must be a non-empty list of integers"),
-    ("adaptive", {"div_value": 0}, "head.div_value=0 must be a number > 0"),
-    ("adaptive", {"div_value": 8.0}, "head.div_value=8.0 leaves tail cluster 2 a 0-dimensional projection"),
-    ("importance_sampling", {"num_samples": 0}, "head.num_samples=0 must be a positive integer"),
-    ("importance_sampling", {"proposal_power": -1}, "head.proposal_power=-1 must be a number >= 0"),
-    ("importance_sampling", {"k": 3}, "unknown option head.k for head=importance_sampling; "
-                                      "valid: num_samples, proposal_power"),
+    ("class_based", {"num_classes": 0}, "head.num_classes=0: must be an integer >= 1 or null"),
+    ("class_based", {"classes": 4}, "head.classes=4: must be one of: frequency, tree"),
+    ("class_based", {"bins": 4}, "head.bins=4: unknown key of head=class_based; valid keys: classes, name, num_classes"),
+    ("adaptive", {"cutoffs": [9, 2]}, "head.cutoffs=[9,2]: must be a non-empty list of increasing integers >= 1"),
+    ("adaptive", {"cutoffs": [0, 9]}, "head.cutoffs=[0,9]: must be a non-empty list of increasing integers >= 1"),
+    ("adaptive", {"cutoffs": 5}, "head.cutoffs=5: must be a non-empty list of increasing integers >= 1"),
+    ("adaptive", {"div_value": 0}, "head.div_value=0: must be a finite number > 0"),
+    ("importance_sampling", {"num_samples": 0}, "head.num_samples=0: must be an integer >= 1"),
+    ("importance_sampling", {"proposal_power": -1}, "head.proposal_power=-1: must be a finite number >= 0"),
+    ("importance_sampling", {"k": 3}, "head.k=3: unknown key of head=importance_sampling; "
+                                      "valid keys: name, num_samples, proposal_power"),
 ])
-def test_bad_options_are_one_line_user_errors(name, options, message):
+def test_bad_options_are_refused_by_the_keys_the_head_registered(name, options, message):
+    """Each head's keys, types and ranges are checked once, by the schema built from its registration."""
+    with pytest.raises(UserError) as err:
+        check_group("head", groups()["head"], {"name": name, **options})
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("name,options,message", [
+    ("class_based", {"num_classes": 38}, "head.num_classes=38 must be an integer from 1 to the vocabulary size 37; "
+                                         "e.g. head.num_classes=6 (about sqrt(V)), or null for that default"),
+    ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=brown"),
+    ("adaptive", {"cutoffs": [5, 37]}, "head.cutoffs=[5, 37] has 37: each cutoff must be an integer from 1 to V-1=36"),
+    ("adaptive", {"div_value": 8.0}, "head.div_value=8.0 leaves tail cluster 2 a 0-dimensional projection"),
+])
+def test_options_this_vocabulary_cannot_take_are_one_line_user_errors(name, options, message):
+    """What only the data can refuse (a size against the vocabulary's), when the head is built."""
     with pytest.raises(UserError) as err:
         build_head({"name": name, **options}, F, V, COUNTS)
     assert message in str(err.value) and "\n" not in str(err.value)

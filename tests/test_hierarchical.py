@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.hierarchical import HierarchicalHead
@@ -82,8 +83,8 @@ def test_hierarchical_head_needs_a_tree_of_the_right_size():
     tree = Tree.from_nested(NESTED, 6)
     with pytest.raises(UserError, match=r"the tree has 6 leaves but the vocabulary 7 words"):
         build_head({"name": "hierarchical"}, 4, 7, tree=tree)
-    with pytest.raises(UserError, match=r"head.node_form='nope' is not one of"):
-        build_head({"name": "hierarchical", "node_form": "nope"}, 4, 6, tree=tree)
+    with pytest.raises(UserError, match=r"head.node_form=nope: must be one of: morin_bengio, logistic"):
+        check_group("head", groups()["head"], {"name": "hierarchical", "node_form": "nope"})  # its registered keys
 
 
 def test_toy_hsm_notebook_predicts_down_and_loudly(run_train, tmp_path):

@@ -97,7 +97,7 @@ def runs(tmp_path_factory):
 
 def rebuilt_datamodule(ckpt, data_dir):
     module = load_model(ckpt)
-    dm = LMDataModule(module.hparams["data"]["corpus"], module.model_cfg.context_size, 1, 1024,
+    dm = LMDataModule(module.hparams["data"]["corpus"], module.model.context_size, 1, 1024,
                       data_dir=data_dir, vocab=module.vocab)
     dm.setup()
     return module, dm
@@ -113,7 +113,7 @@ def test_mix_a_trained_toy_model_with_kn3(runs):
     ckpt, metrics = best_checkpoint(run)
     result = mix(ckpt, "kn3", data_dir=data_dir)
     module, dm = rebuilt_datamodule(ckpt, data_dir)
-    k = module.model_cfg.context_size
+    k = module.model.context_size
     for split in ("valid", "test"):  # toy splits are not contiguous: the first k tokens are only context
         assert result["tokens"][split] == dm.stats[split].predicted == len(dm.ids[split]) - k
     assert result["test"]["neural"] == pytest.approx(metrics["test/ppl"], rel=1e-4)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from nplm.config.schema import check_group, groups
+from nplm.errors import UserError
 from nplm.heads import build_head
-from nplm.models import NPLM, NPLMConfig
-from nplm.optimizers.lazy import InverseTimeDecay, OptimizerConfig, param_groups
+from nplm.models.nplm import NPLM, NPLMConfig
+from nplm.optimizers import InverseTimeDecay, param_groups
 from nplm.training.perplexity import Perplexity
 
 
@@ -96,15 +99,26 @@ def test_weight_decay_applies_to_weights_and_embeddings_not_biases():
 def test_sgd_schedule_is_inverse_time_decay():
     schedule = InverseTimeDecay(1e-3)
     assert schedule(0) == 1.0 and schedule(1000) == pytest.approx(0.5)
-    with pytest.raises(Exception, match=r"optimizer.lr=0 must be > 0"):
-        OptimizerConfig.from_dict({"name": "sgd", "lr": 0})
 
 
-def test_model_config_rejects_unknown_and_bad_values():
-    with pytest.raises(Exception, match=r"unknown model option model.foo"):
-        NPLMConfig.from_dict({"context_size": 2, "foo": 1})
-    with pytest.raises(Exception, match=r"model.hidden_dim=-1 must be >= 0"):
-        NPLMConfig.from_dict({"hidden_dim": -1})
+@pytest.mark.parametrize("group, values, message", [
+    ("optimizer", {"name": "sgd", "lr": 0}, "optimizer.lr=0: must be a finite number > 0"),
+    ("model", {"name": "nplm", "context_size": 2, "foo": 1},
+     "model.foo=1: unknown key of model=nplm; valid keys: activation, context_size, direct, dropout, embed_dim, "
+     "hidden_dim, name, sparse_embeddings"),
+    ("model", {"name": "nplm", "hidden_dim": -1}, "model.hidden_dim=-1: must be an integer >= 0"),
+    ("model", {"name": "nplm", "hidden_dim": 0, "direct": False},
+     "model.hidden_dim=0: must be an integer >= 1 when model.direct=false (else there are no features)"),
+])
+def test_the_keys_a_model_or_optimizer_registered_are_checked(group, values, message):
+    """NPLMConfig's fields are the model's keys (`option`): the schema checks them, nothing else does."""
+    with pytest.raises(UserError) as err:
+        check_group(group, groups()[group], values)
+    assert str(err.value) == message
+
+
+def test_model_keys_are_the_dataclass_fields():
+    assert set(groups()["model"].keys_of("nplm")) == {"name", *(f.name for f in dataclasses.fields(NPLMConfig))}
 
 
 @pytest.mark.parametrize("weights", [[0.2] * 5, [1.0, -2.0, 0.0, 3.0, 0.5]])

@@ -8,8 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
-from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.optimizers import build_optimizer
+from nplm.optimizers.lazy import step_without_profiler
 from conftest import TOY_FAST
 
 
@@ -21,7 +23,7 @@ def _two_tables(seed: int = 0) -> tuple[nn.Module, nn.Module]:
     return dense, sparse
 
 
-def _train(module: nn.Module, cfg: OptimizerConfig, batches: list[torch.Tensor]) -> torch.Tensor:
+def _train(module: nn.Module, cfg: dict, batches: list[torch.Tensor]) -> torch.Tensor:
     opt = build_optimizer(module, cfg)
     opt = opt["optimizer"] if isinstance(opt, dict) else opt
     for ids in batches:
@@ -34,7 +36,7 @@ def _train(module: nn.Module, cfg: OptimizerConfig, batches: list[torch.Tensor])
 @pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
 def test_lazy_update_equals_the_dense_one_when_every_row_is_in_every_batch(name):
     dense, sparse = _two_tables()
-    cfg = OptimizerConfig(name=name, lr=0.05, weight_decay=0.01, fused=False)
+    cfg = {"name": name, "lr": 0.05, "weight_decay": 0.01, "fused": False}
     batches = [torch.randperm(6) for _ in range(5)]  # every row, every step
     torch.testing.assert_close(_train(sparse, cfg, batches), _train(dense, cfg, batches), atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(sparse[1].weight, dense[1].weight, atol=1e-6, rtol=1e-5)  # dense params as before
@@ -49,7 +51,7 @@ def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class
     ours_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
     theirs_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
     theirs_net.load_state_dict(ours_net.state_dict())
-    ours = build_optimizer(ours_net, OptimizerConfig(name=name, lr=0.01, weight_decay=0.1))
+    ours = build_optimizer(ours_net, {"name": name, "lr": 0.01, "weight_decay": 0.1})
     decay = [p for p in theirs_net.parameters() if p.dim() >= 2]
     theirs = torch_class([{"params": decay, "weight_decay": 0.1},
                           {"params": [p for p in theirs_net.parameters() if p.dim() < 2], "weight_decay": 0.0}],
@@ -74,7 +76,7 @@ def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers():
     def run(step, listen: str = "") -> tuple[torch.Tensor, list]:
         torch.manual_seed(0)
         layer = nn.Linear(4, 3)
-        opt = build_optimizer(layer, OptimizerConfig(name="adam", lr=0.1))
+        opt = build_optimizer(layer, {"name": "adam", "lr": 0.1})
         heard = []
         torch.optim.Adam([nn.Parameter(torch.ones(1))])  # torch wraps Adam.step: the hooks must still run once
         if listen == "hook":
@@ -100,7 +102,7 @@ def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers():
 def test_rows_outside_the_batch_do_not_move_under_lazy_adam():
     dense, sparse = _two_tables()
     before = sparse[0].weight.detach().clone()
-    cfg = OptimizerConfig(name="adam", lr=0.05, weight_decay=0.01)
+    cfg = {"name": "adam", "lr": 0.05, "weight_decay": 0.01}
     batches = [torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([2])]
     after_sparse = _train(sparse, cfg, batches)
     assert torch.equal(after_sparse[3:], before[3:])  # never in a batch
@@ -121,7 +123,7 @@ def test_training_with_sparse_embeddings_matches_dense_sgd(run_train, tmp_path):
 
 def test_plateau_factor_shrinks_the_step_after_an_epoch_without_a_better_val_ppl():
     module = nn.Linear(3, 2)
-    got = build_optimizer(module, OptimizerConfig.from_dict({"name": "adam", "lr": 0.01, "plateau_factor": 0.5}))
+    got = build_optimizer(module, {"name": "adam", "lr": 0.01, "plateau_factor": 0.5})
     assert got["lr_scheduler"]["monitor"] == "val/ppl" and got["lr_scheduler"]["interval"] == "epoch"
     schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
     for val_ppl, lr in [(100.0, 0.01), (90.0, 0.01), (95.0, 0.005), (89.0, 0.005), (89.5, 0.0025)]:
@@ -130,10 +132,12 @@ def test_plateau_factor_shrinks_the_step_after_an_epoch_without_a_better_val_ppl
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"plateau_factor": 0.0}, "optimizer.plateau_factor=0.0 must be in (0, 1]"),
-    ({"plateau_factor": 1.5}, "optimizer.plateau_factor=1.5 must be in (0, 1]"),
-    ({"plateau_factor": 0.5, "lr_decay": 1e-8}, "optimizer.lr_decay and optimizer.plateau_factor are two schedules"),
+    ({"plateau_factor": 0.0}, "optimizer.plateau_factor=0.0: must be a number in (0, 1]"),
+    ({"plateau_factor": 1.5}, "optimizer.plateau_factor=1.5: must be a number in (0, 1]"),
+    ({"plateau_factor": 0.5, "lr_decay": 1e-8},
+     "optimizer.plateau_factor=0.5: must be 1 when optimizer.lr_decay > 0 (two schedules; set one of them)"),
 ])
 def test_bad_plateau_settings_are_refused_in_one_line(options, message):
-    with pytest.raises(UserError, match=re.escape(message)):
-        OptimizerConfig.from_dict({"name": "sgd", **options})
+    with pytest.raises(UserError) as err:
+        check_group("optimizer", groups()["optimizer"], {"name": "sgd", "lr": 0.1, **options})
+    assert str(err.value) == message

@@ -9,10 +9,14 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
+from hydra import compose, initialize_config_dir
+
 from nplm.cli.train import options
 from nplm.config import CONF_DIR
 from nplm.config.rules import AnyOf, Bool, Choice, Resume, Rule, SearchDir, Section, Str, StrList, show
-from nplm.config.schema import GROUPS, TOP, WANDB, check_tree, validate
+from nplm.config.schema import TOP, WANDB, check_tree, groups, validate
+
+GROUPS = groups()
 from nplm.errors import UserError
 
 from conftest import compose_cfg
@@ -54,6 +58,7 @@ def wrong_value(rule: Rule):
 CASES = [(g, o, k) for g, schema in GROUPS.items() for o in schema.options for k in schema.keys_of(o)]
 
 
+@pytest.mark.slow
 def test_every_shipped_config_and_option_passes(tmp_path):
     experiments = options("experiment")
     assert len(experiments) >= 10
@@ -115,8 +120,12 @@ def test_a_wrong_type_for_every_top_level_key_is_refused(tmp_path, key):
 def test_every_config_group_folder_has_a_schema():
     folders = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} - {"hydra", "experiment", "debug", "sweep"}
     assert folders <= set(GROUPS), folders - set(GROUPS)
-    for group in ("corpus", "head", "tree", "optimizer"):
-        assert set(options(group)) == set(GROUPS[group].options), group
+    for group in ("corpus", "model", "head", "tree", "optimizer"):
+        assert set(GROUPS[group].options) <= set(options(group)), group  # each registered option has its yaml
+        for option in options(group):  # and each yaml (presets of an option too) picks a registered option
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                name = compose(config_name="train", overrides=[f"{group}={option}"])[group]["name"]
+            assert name in GROUPS[group].options, (group, option, name)
 
 
 def test_an_empty_nltk_data_variable_means_none(tmp_path, monkeypatch):

@@ -33,8 +33,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nplm.heads import build_head
-from nplm.models import NPLM, NPLMConfig
-from nplm.optimizers.lazy import OptimizerConfig, build_optimizer
+from nplm.models.nplm import NPLM, NPLMConfig
+from nplm.optimizers import build_optimizer
 from nplm.trees.tree import Tree, balanced_nested
 
 MLP1 = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
@@ -75,7 +75,7 @@ class Step:
         elif tree is None:
             tree = balanced_tree(V)
         self.head = build_head(head_cfg, self.model.feature_dim, V, [V - i for i in range(V)], tree).cuda()
-        self.optimizer = build_optimizer(nn.ModuleList([self.model, self.head]), OptimizerConfig(name="adam", lr=1e-3))
+        self.optimizer = build_optimizer(nn.ModuleList([self.model, self.head]), {"name": "adam", "lr": 1e-3})
         ranks = torch.arange(1, V + 1, dtype=torch.float, device="cuda")
         self.targets = torch.multinomial(1 / ranks, batch * n_batches, replacement=True).view(n_batches, batch)  # Zipf
         self.contexts = torch.randint(0, V, (n_batches, batch, MLP1.context_size), device="cuda")

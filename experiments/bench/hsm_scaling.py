@@ -26,8 +26,9 @@ from torch import nn
 from nplm.fast import backprop
 from nplm.heads import build_head
 from nplm.fast.malloc import keep_freed_memory
-from nplm.models import NPLM, NPLMConfig
-from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.models.nplm import NPLM, NPLMConfig
+from nplm.optimizers import build_optimizer
+from nplm.optimizers.lazy import step_without_profiler
 from nplm.trees.tree import Tree, balanced_nested
 
 HERE = Path(__file__).resolve().parent
@@ -41,7 +42,7 @@ def step_rate(V: int, head_cfg: dict, steps: int, warmup: int, sparse: bool) -> 
     model = NPLM(V, replace(MLP1, sparse_embeddings=sparse))
     tree = Tree.from_nested(balanced_nested(list(range(V))), V) if head_cfg["name"] == "hierarchical" else None
     head = build_head(head_cfg, model.feature_dim, V, [1] * V, tree)
-    optimizer = build_optimizer(nn.ModuleList([model, head]), OptimizerConfig(name="adam", lr=1e-3))  # as nplm trains
+    optimizer = build_optimizer(nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})  # as nplm trains
     ranks = torch.arange(1, V + 1, dtype=torch.float)
     targets = torch.multinomial(1 / ranks, B * (steps + warmup), replacement=True).view(-1, B)  # Zipf
     contexts = torch.randint(0, V, (steps + warmup, B, MLP1.context_size))

@@ -97,13 +97,15 @@ def notebook_loop(text: str, steps: int, warmup: int) -> float:
 def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd: bool = False) -> float:
     from nplm.fast import backprop
     from nplm.heads import build_head
-    from nplm.models import NPLM, NPLMConfig
-    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+    from nplm.models.nplm import NPLM, NPLMConfig
+    from nplm.optimizers import build_optimizer
 
-    model = NPLM(len(dm.vocab), NPLMConfig.from_dict(MODEL))
+    from nplm.optimizers.lazy import step_without_profiler
+
+    model = NPLM(len(dm.vocab), NPLMConfig(**MODEL))
     head = build_head({"name": "softmax"}, model.feature_dim, len(dm.vocab))
     both = nn.ModuleDict({"model": model, "head": head})
-    optimizer = build_optimizer(both, OptimizerConfig.from_dict({"name": "adam", "lr": 1e-3}))
+    optimizer = build_optimizer(both, {"name": "adam", "lr": 1e-3})
 
     def step(context, target):
         return head.loss(model(context), target)
@@ -135,7 +137,7 @@ def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
     from hydra import compose, initialize_config_dir
 
     from nplm.config import CONF_DIR
-from nplm.training.train import train
+    from nplm.training.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         overrides = ["experiment=tinyshakespeare_char", f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data",

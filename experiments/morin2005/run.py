@@ -113,8 +113,9 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
     from nplm.fast import backprop
     from nplm.heads import build_head
     from nplm.fast.malloc import keep_freed_memory
-    from nplm.models import NPLM, NPLMConfig
-    from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+    from nplm.models.nplm import NPLM, NPLMConfig
+    from nplm.optimizers import build_optimizer
+    from nplm.optimizers.lazy import step_without_profiler
     from nplm.trees import TreeContext, build_tree
 
     torch.set_num_threads(threads)
@@ -131,7 +132,7 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
         torch.manual_seed(0)
         model = NPLM(V, replace(shape, sparse_embeddings=sparse))
         head = build_head({"name": head_name}, model.feature_dim, V, counts, tree if head_name == "hierarchical" else None)
-        optimizer = build_optimizer(torch.nn.ModuleList([model, head]), OptimizerConfig(name="adam"))
+        optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
         model.train(), head.train()
         for i, (context, target) in enumerate(train_batches):
             if i == warmup:

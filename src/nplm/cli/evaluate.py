@@ -58,7 +58,7 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
     from nplm.data.windows import Windows
 
     module = load_model(checkpoint)
-    k = module.model_cfg.context_size
+    k = module.model.context_size
     data = module.hparams.get("data") or {}
     if text is not None:
         if "corpus" in data:

@@ -30,7 +30,7 @@ def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: 
 
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, prompt, oov)
-    k, C = module.model_cfg.context_size, module.model.C.weight
+    k, C = module.model.context_size, module.model.input_embeddings()
     context = list(vectors[-k:])
     generator = torch.Generator().manual_seed(seed)
     out = []

@@ -19,7 +19,7 @@ def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") ->
 
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, context, oov)
-    k = module.model_cfg.context_size
+    k = module.model.context_size
     probs = next_log_probs(module, vectors[-k:]).exp()
     top = probs.topk(min(top_k, probs.numel()))
     return [(module.vocab.tokens[i], float(p)) for p, i in zip(top.values, top.indices)]

@@ -1,9 +1,11 @@
-"""What `nplm-train` answers before Hydra and torch start: `--help`, and overrides naming a key or a
-group option that no config has. Imports neither torch, Lightning nor W&B: `nplm-train --help`
-answers at once.
+"""`nplm-train`: the help page, checks of the command line before Hydra starts, and Hydra around
+`nplm.training.train.train`.
 
-The help page is read from the config folder itself: each group's options with the first comment
-line of their yaml file, and the top-level keys from `nplm.config.schema`.
+`--help` imports neither torch, Lightning nor W&B: it answers at once, read from the config folder
+itself (each group's options with the first comment line of their yaml file) and the top-level keys
+of `nplm.config.schema`. An override naming a key or option no config has, or a value the schema
+refuses, is one line and exit 2 before Lightning and W&B load (the registered options' keys are
+read from their modules, which import torch).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 from nplm.config import CONF_DIR
-from nplm.config.schema import GROUPS, TOP, TOP_DOC
+from nplm.config.schema import TOP, TOP_DOC, TOP_GROUPS, groups
 from nplm.errors import EXIT_USER_ERROR, UserError
 
 # Groups chosen on the command line (`group=option`) that hold no training keys of their own.
@@ -87,7 +89,7 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         if key.startswith("hydra") or "/" in key or "@" in key:
             continue
         if "." not in key:
-            if key in GROUPS or key in CHOICE_ONLY:
+            if key in TOP_GROUPS or key in CHOICE_ONLY:
                 if (conf_dir / key).is_dir():
                     valid = options(key, conf_dir)
                     for choice in _simple_values(value) or []:
@@ -95,11 +97,11 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                             raise UserError(f"{key}={choice}: no such option; valid: {', '.join(valid)}")
             elif key not in TOP:
                 raise UserError(f"{key}={value}: unknown key; valid top-level keys: "
-                                f"{', '.join(sorted([*TOP, *GROUPS]))}")
+                                f"{', '.join(sorted([*TOP, *TOP_GROUPS]))}")
             continue
         group, sub = key.split(".", 1)
-        if group in GROUPS and group != "logger":
-            schema = GROUPS[group]
+        if group in TOP_GROUPS and group != "logger":
+            schema = groups()[group]
             chosen = chosen_options.get(group)
             picked = [chosen] if chosen in schema.options else list(schema.options)
             keys = sorted({k for option in picked for k in schema.keys_of(option)})
@@ -137,7 +139,7 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         key = failed.group(1)
         group, sub = key.split(".", 1)
         arg = next((a.lstrip("+") for a in overrides if a.lstrip("+").startswith(key + "=")), key)
-        schema = GROUPS.get(group)
+        schema = groups().get(group)
         holders = [o for o in schema.options if sub in schema.keys_of(o)] if schema else []
         rest = [a for a in overrides if not a.lstrip("+").startswith(key + "=")]
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):

@@ -88,7 +88,7 @@ class Registry:
         return self
 
     def options(self) -> dict[str, Option]:
-        return dict(self.load()._options)
+        return dict(sorted(self.load()._options.items()))
 
     def names(self) -> list[str]:
         return list(self.options())

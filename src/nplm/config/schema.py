@@ -6,18 +6,21 @@ folder or W&B run is made. A wrong value raises a one-line `UserError`:
     model.context_size=2.5: must be an integer >= 1
     corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, ...
 
-A group with options (corpus, head, tree, optimizer) is checked against the option its `name`
-picks; keys the group's yaml files do not have are refused, `+group.key=` ones included. Checks that
+A group with options (corpus, model, head, tree, optimizer) is checked against the option its `name`
+picks, with the keys, types and help that option registered where it is defined
+(`nplm.config.registry`); keys it did not register are refused, `+group.key=` ones included. Checks that
 need the data (a vocabulary of at least 2 words, a context shorter than every split) run in
 `nplm.data.datamodule` once the corpus is read, still before anything is written.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass, field
 
-from nplm.config.rules import (AnyOf, Betas, Bool, Check, Choice, Encoding, FilePath, Float, Int, IntList,
-                               MaxTime, Resume, Rule, SearchDir, Section, Size, Str, StrList, show)
+from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Resume, Rule, Section, Str,
+                               StrList, show)
 from nplm.errors import UserError
 
 SEED = Int(0, 2**32 - 1)
@@ -27,94 +30,30 @@ SEED = Int(0, 2**32 - 1)
 class Group:
     """A config group. `options`: the keys of each option, picked by the group's `name` key (or a
     single option "" for groups without names); `common`: keys every option has; `checks`: rules
-    across keys. `nullable`: the whole group may be null (tree)."""
+    across keys, of every option, and `option_checks` of one option. `nullable`: the whole group may
+    be null (tree)."""
 
     options: dict[str, dict[str, Rule]]
     common: dict[str, Rule] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     nullable: bool = False
+    option_checks: dict[str, tuple[Check, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, registry, nullable: bool = False) -> "Group":
+        """The group of a registry (`nplm.config.registry`): its options' registered keys and checks."""
+        options = registry.options()
+        return cls(options={name: o.keys for name, o in options.items()}, common=registry.common,
+                   checks=registry.checks, nullable=nullable,
+                   option_checks={name: o.checks for name, o in options.items() if o.checks})
 
     def keys_of(self, option: str) -> dict[str, Rule]:
         named = {"name": Choice(options=tuple(self.options))} if option != "" else {}
         return {**named, **self.common, **self.options.get(option, {})}
 
+    def checks_of(self, option: str) -> tuple[Check, ...]:
+        return self.checks + self.option_checks.get(option, ())
 
-# -- corpus ------------------------------------------------------------------------------------------
-SIZES = {"train_size": Size(required=True), "valid_size": Size(nullable=True), "test_size": Size(nullable=True)}
-NLTK = {"nltk_data": SearchDir(nullable=True), "download": Bool(default=True)}  # ${oc.env:NLTK_DATA}: "" if set empty
-
-
-def _one_rest(c: dict) -> str | None:
-    if "train_size" in c and c.get("valid_size") is None and c.get("test_size") is None:
-        return "a number when corpus.test_size=null (only one of valid_size / test_size may be the rest)"
-    return None
-
-
-CORPUS = Group(
-    common={"vocab_from": Choice(options=("train", "all")), "min_count": Int(1), "max_vocab": Int(2, nullable=True),
-            "unk": Str(nullable=True), "order": Choice(options=("frequency", "sorted"))},
-    options={
-        "toy": {},
-        "tiny_shakespeare": {"path": Str(nullable=True), "download": Bool(), "url": Str(), "sha256": Str(nullable=True),
-                             "encoding": Encoding(), **SIZES},
-        "brown": {**NLTK, "markers": Bool(), **SIZES},
-        "brown_gpt2": {**NLTK, **SIZES},
-        "text_files": {"train": FilePath(required=True, hint="e.g. corpus.train=/path/to/train.txt"),
-                       "valid": FilePath(required=True, hint="e.g. corpus.valid=/path/to/valid.txt"),
-                       "test": FilePath(nullable=True),
-                       "eos": Bool(), "lowercase": Bool(), "encoding": Encoding()},
-    },
-    checks=(Check("valid_size", _one_rest),),
-)
-
-# -- model -------------------------------------------------------------------------------------------
-MODEL = Group(
-    options={"": {"context_size": Int(1), "embed_dim": Int(1), "hidden_dim": Int(0), "direct": Bool(),
-                  "activation": Choice(options=("tanh", "sigmoid")), "dropout": Float(ge=0, lt=1),
-                  "sparse_embeddings": Bool()}},
-    checks=(Check("hidden_dim", lambda m: "an integer >= 1 when model.direct=false (else there are no features)"
-                  if m.get("hidden_dim") == 0 and m.get("direct") is False else None),),
-)
-
-# -- head --------------------------------------------------------------------------------------------
-HEAD = Group(options={
-    "softmax": {},
-    "class_based": {"num_classes": Int(1, nullable=True), "classes": Choice(options=("frequency", "tree"))},
-    "adaptive": {"cutoffs": IntList(1, nullable=True), "div_value": Float(gt=0)},
-    "importance_sampling": {"num_samples": Int(1), "proposal_power": Float(ge=0)},
-    "hierarchical": {"node_form": Choice(options=("morin_bengio", "logistic")), "node_dim": Int(1),
-                     "node_hidden": Int(1), "node_init": Choice(options=("random", "zero", "unigram")),
-                     "chunk_elements": Int(1)},
-})
-
-# -- tree --------------------------------------------------------------------------------------------
-TREE_SEED = Int(0, 2**32 - 1, nullable=True)
-TREE = Group(nullable=True, options={
-    "balanced": {},
-    "random": {"seed": TREE_SEED},
-    "huffman": {},
-    "brown": {"num_classes": Int(2), "sweeps": Int(0), "within": Choice(options=("huffman", "balanced"))},
-    "wordnet": {"unplaced": Choice(options=("nearest", "subtree")), **NLTK, "download": Bool(), "dim": Int(1),
-                "contexts": Int(1), "iterations": Int(1), "seed": TREE_SEED,
-                "binarise": Choice(options=("balanced", "kmeans"), default="balanced")},
-    "learned": {"iterations": Int(1), "seed": TREE_SEED,
-                "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet")),
-                "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run"),
-                "split": Choice(options=("adaptive", "balanced"), default="adaptive"),
-                "eps": Float(ge=0, lt=0.5, default=0.0), "runs": Int(1, default=1),
-                "bootstrap_checkpoint": FilePath(nullable=True)},
-    "file": {"path": FilePath(required=True, hint="e.g. tree.path=<run>/tree.json")},
-})
-
-# -- optimizer ---------------------------------------------------------------------------------------
-SCHEDULE = {"lr": Float(gt=0, required=True), "weight_decay": Float(ge=0), "lr_decay": Float(ge=0),
-            "plateau_factor": Float(gt=0, le=1), "fused": Bool()}
-ADAM = {**SCHEDULE, "betas": Betas(), "eps": Float(gt=0)}
-OPTIMIZER = Group(
-    options={"sgd": {**SCHEDULE, "momentum": Float(ge=0)}, "adam": ADAM, "adamw": ADAM},
-    checks=(Check("plateau_factor", lambda o: "1 when optimizer.lr_decay > 0 (two schedules; set one of them)"
-                  if (o.get("lr_decay") or 0) > 0 and (o.get("plateau_factor") or 1) < 1 else None),),
-)
 
 # -- trainer: the pytorch_lightning.Trainer arguments nplm supports ----------------------------------------
 BATCH_LIMIT = AnyOf(nullable=True, rules=(Int(1), Float(gt=0, le=1)),
@@ -146,11 +85,26 @@ CALLBACKS = Group(options={"": {"early_stopping_patience": Int(1, nullable=True)
 PATHS = Group(options={"": {"data_dir": Str(), "output_dir": Str()}})
 PROGRESS = Group(options={"": {"interval": Float(gt=0, default=30.0)}})
 
-GROUPS: dict[str, Group] = {"corpus": CORPUS, "model": MODEL, "head": HEAD, "tree": TREE, "optimizer": OPTIMIZER,
-                            "trainer": TRAINER, "logger": LOGGER, "data": DATA, "callbacks": CALLBACKS,
-                            "paths": PATHS, "progress": PROGRESS}
+FIXED_GROUPS: dict[str, Group] = {"trainer": TRAINER, "logger": LOGGER, "data": DATA, "callbacks": CALLBACKS,
+                                  "paths": PATHS, "progress": PROGRESS}
+# The groups whose options are registered by their packages (a new option is its module + its yaml).
+REGISTRIES = {"corpus": "nplm.data.corpora:CORPORA", "model": "nplm.models:MODELS", "head": "nplm.heads:HEADS",
+              "tree": "nplm.trees:TREES", "optimizer": "nplm.optimizers:OPTIMIZERS"}
 
-# Top-level keys (the groups above are top-level keys too).
+
+@functools.cache
+def groups() -> dict[str, Group]:
+    """Every config group's schema: the registered groups (importing their packages, and so torch) and
+    the fixed ones."""
+    out = {}
+    for name, where in REGISTRIES.items():
+        module, attr = where.split(":")
+        out[name] = Group.of(getattr(importlib.import_module(module), attr), nullable=name == "tree")
+    return {**out, **FIXED_GROUPS}
+
+# The groups, which are top-level keys too (known without importing the registries).
+TOP_GROUPS = (*REGISTRIES, *FIXED_GROUPS)
+# Top-level keys besides the groups.
 TOP: dict[str, Rule] = {
     "experiment_name": Str(),
     "seed": SEED,
@@ -161,6 +115,7 @@ TOP: dict[str, Rule] = {
     "steps_per_execution": Int(1, default=16),
     "compile": Bool(default=False),
     "tf32": Bool(default=True),
+    "malloc_keep_freed": Bool(default=False),
     "stop_at": Float(gt=0, nullable=True),
 }
 # What each top-level key does, for `nplm-train --help`.
@@ -174,6 +129,7 @@ TOP_DOC = {
     "steps_per_execution": "training batches per Lightning step, each its own optimizer step (less overhead)",
     "compile": "torch.compile the training step",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
+    "malloc_keep_freed": "Linux: glibc's malloc keeps large freed buffers for the whole process (faster big-vocabulary CPU steps)",
     "stop_at": "Unix time: train until then, then test the best checkpoint",
 }
 
@@ -210,7 +166,7 @@ def check_group(prefix: str, group: Group, values) -> None:
         problem = rule(value)
         if problem is not None:
             raise _fail(f"{prefix}.{key}", value, f"must be {problem}")
-    for check in group.checks:
+    for check in group.checks_of(option):
         problem = check.test(values)
         if problem is not None:
             raise _fail(f"{prefix}.{check.key}", values.get(check.key), f"must be {problem}")
@@ -219,14 +175,14 @@ def check_group(prefix: str, group: Group, values) -> None:
 def check_tree(cfg: dict) -> None:
     """Every key of the resolved config `cfg` (a plain dict), group by group, then the top level."""
     for key, value in cfg.items():
-        if key not in GROUPS and key not in TOP:
-            raise _fail(key, value, f"unknown key; valid top-level keys: {', '.join(sorted([*TOP, *GROUPS]))}")
+        if key not in TOP and key not in TOP_GROUPS:
+            raise _fail(key, value, f"unknown key; valid top-level keys: {', '.join(sorted([*TOP, *TOP_GROUPS]))}")
     for key, rule in TOP.items():
         if key in cfg:
             problem = rule(cfg[key])
             if problem is not None:
                 raise _fail(key, cfg[key], f"must be {problem}")
-    for name, group in GROUPS.items():
+    for name, group in groups().items():
         if name in cfg:
             check_group(name, group, cfg[name])
         elif not group.nullable and name not in ("progress",):

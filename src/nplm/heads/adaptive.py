@@ -33,9 +33,10 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts
+from nplm.config.rules import Float, IntList
+from nplm.heads import register_head
+from nplm.heads.base import Head, wide, require_counts
 
-OPTIONS = ("cutoffs", "div_value")
 
 
 def auto_cutoffs(vocab_size: int) -> list[int]:
@@ -48,24 +49,17 @@ def auto_cutoffs(vocab_size: int) -> list[int]:
 
 
 def check_options(cutoffs, div_value, feature_dim: int, vocab_size: int) -> list[int]:
-    """The cutoffs to use; a one-line UserError for a bad value."""
+    """The cutoffs to use; a one-line UserError for a value this vocabulary and feature size do not
+    allow (types and order were checked against the registered keys)."""
     V = vocab_size
     if V < 2:
         raise UserError(f"head=adaptive needs a vocabulary of at least 2 words, got {V}")
     if cutoffs is None:
         cutoffs = auto_cutoffs(V)
-    hint = f"e.g. head.cutoffs={auto_cutoffs(V)} or null"
-    if isinstance(cutoffs, (str, bytes)) or not isinstance(cutoffs, Sequence) or not cutoffs:
-        raise UserError(f"head.cutoffs={cutoffs!r} must be a non-empty list of integers; {hint}")
     cutoffs = list(cutoffs)
-    for c in cutoffs:
-        if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= V - 1:
-            raise UserError(f"head.cutoffs={cutoffs} has {c!r}: each cutoff must be an integer from 1 to "
-                            f"V-1={V - 1}; {hint}")
-    if any(a >= b for a, b in zip(cutoffs, cutoffs[1:])):
-        raise UserError(f"head.cutoffs={cutoffs} must be strictly increasing; {hint}")
-    if isinstance(div_value, bool) or not isinstance(div_value, (int, float)) or not div_value > 0:
-        raise UserError(f"head.div_value={div_value!r} must be a number > 0; e.g. head.div_value=4.0")
+    if cutoffs[-1] > V - 1:
+        raise UserError(f"head.cutoffs={cutoffs} has {cutoffs[-1]}: each cutoff must be an integer from 1 to "
+                        f"V-1={V - 1}; e.g. head.cutoffs={auto_cutoffs(V)} or null")
     for i in range(1, len(cutoffs) + 1):
         if int(feature_dim // (div_value**i)) < 1:
             raise UserError(f"head.div_value={div_value} leaves tail cluster {i} a 0-dimensional projection of the "
@@ -73,6 +67,9 @@ def check_options(cutoffs, div_value, feature_dim: int, vocab_size: int) -> list
     return cutoffs
 
 
+@register_head("adaptive", keys={
+    "cutoffs": IntList(1, nullable=True, doc="word-count boundaries of the clusters (null: from the counts)"),
+    "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower")})
 class AdaptiveHead(Head):
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], cutoffs: Sequence[int] | None = None,
                  div_value: float = 4.0):
@@ -112,6 +109,5 @@ class AdaptiveHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "AdaptiveHead":
-        refuse_unknown_options("adaptive", options, OPTIONS)
         require_counts("adaptive", counts, vocab_size)
         return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0))

@@ -8,13 +8,6 @@ from torch import nn
 from nplm.errors import UserError
 
 
-def refuse_unknown_options(head: str, options: dict, valid: tuple[str, ...]) -> None:
-    """Refuse options a head does not have, naming the first and listing the valid ones."""
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise UserError(f"unknown option head.{unknown[0]} for head={head}; valid: {', '.join(valid) or '(none)'}")
-
-
 def require_counts(head: str, counts, vocab_size: int) -> None:
     """Heads built from unigram statistics need a training count for every word."""
     if counts is None or len(counts) != vocab_size:
@@ -79,7 +72,7 @@ class Head(nn.Module):
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts: list[int] | None,
                     tree=None) -> "Head":
-        """Build from the `head` config group's options (everything but `name`); unknown options are
-        refused with the list of valid ones."""
-        refuse_unknown_options(cls.__name__, options, ())
+        """Build from the `head` config group's options (everything but `name`; checked against the
+        keys the head registered). `counts`: training unigram counts per word id; `tree`: an
+        `nplm.trees.Tree` for heads that use one."""
         return cls(feature_dim, vocab_size)

@@ -33,11 +33,12 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts, require_tree
+from nplm.config.rules import Choice, Int
+from nplm.heads import register_head
+from nplm.heads.base import Head, wide, require_counts, require_tree
 from nplm.heads.softmax import SoftmaxNLL
 from nplm.trees.tree import Tree
 
-OPTIONS = ("num_classes", "classes")
 CLASSES = ("frequency", "tree")
 
 
@@ -131,6 +132,9 @@ class WithinClassNLL(torch.autograd.Function):
         return grad_f, grad_w, grad_b, None, None, None
 
 
+@register_head("class_based", keys={
+    "num_classes": Int(1, nullable=True, doc="classes K (null: about sqrt(V))"),
+    "classes": Choice(options=CLASSES, doc="frequency bins, or the top subtrees of the tree group's tree")})
 class ClassBasedHead(Head):
     @classmethod
     def uses_tree(cls, options) -> bool:
@@ -183,16 +187,13 @@ class ClassBasedHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "ClassBasedHead":
-        refuse_unknown_options("class_based", options, OPTIONS)
         require_counts("class_based", counts, vocab_size)
         K = options.get("num_classes")
-        if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= vocab_size):
+        if K is not None and K > vocab_size:
             raise UserError(f"head.num_classes={K!r} must be an integer from 1 to the vocabulary size "
                             f"{vocab_size}; e.g. head.num_classes={round(math.sqrt(vocab_size))} (about sqrt(V)), "
                             f"or null for that default")
         classes = options.get("classes", "frequency")
-        if classes not in CLASSES:
-            raise UserError(f"head.classes={classes!r} is not one of: {', '.join(CLASSES)}")
         if classes == "frequency":
             return cls(feature_dim, vocab_size, counts, K)
         require_tree("head.classes=tree", tree, vocab_size)

@@ -32,7 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, wide, refuse_unknown_options, require_counts, require_tree
+from nplm.config.rules import Choice, Int
+from nplm.heads import register_head
+from nplm.heads.base import Head, wide, require_counts, require_tree
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
@@ -41,6 +43,12 @@ COMPACT_WASTE = 1.25  # on a CPU, score only the real turns once padding would a
 EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 exp overflows past 88)
 
 
+@register_head("hierarchical", keys={
+    "node_form": Choice(options=NODE_FORMS, doc="morin_bengio: sigmoid(alpha + beta.tanh(c + W f + U N)); logistic"),
+    "node_dim": Int(1, doc="size of a node's feature vector N (morin_bengio)"),
+    "node_hidden": Int(1, doc="hidden units of the node network (morin_bengio)"),
+    "node_init": Choice(options=NODE_INITS, doc="node biases: random, zero, or from the unigram split"),
+    "chunk_elements": Int(1, doc="scores computed per chunk of this many elements (memory bound)")})
 class HierarchicalHead(Head):
     @classmethod
     def uses_tree(cls, options) -> bool:
@@ -50,12 +58,6 @@ class HierarchicalHead(Head):
                  node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "random",
                  counts=None):
         super().__init__()
-        if node_form not in NODE_FORMS:
-            raise UserError(f"head.node_form={node_form!r} is not one of: {', '.join(NODE_FORMS)}")
-        if node_init not in NODE_INITS:
-            raise UserError(f"head.node_init={node_init!r} is not one of: {', '.join(NODE_INITS)}")
-        if node_form == "morin_bengio" and (node_dim <= 0 or node_hidden <= 0):
-            raise UserError(f"head.node_dim={node_dim} and head.node_hidden={node_hidden} must be >= 1")
         self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
         I = len(tree.children)
         nodes, codes, lengths = tree.paths()
@@ -94,8 +96,6 @@ class HierarchicalHead(Head):
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "Head":
         require_tree("head=hierarchical", tree, vocab_size)
-        refuse_unknown_options("hierarchical", options,
-                               ("chunk_elements", "node_dim", "node_form", "node_hidden", "node_init"))
         return cls(feature_dim, tree, **options, counts=counts)
 
     # -- node scores ------------------------------------------------------------------------

@@ -32,12 +32,16 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.heads.base import Head, wide, require_counts, refuse_unknown_options
+from nplm.config.rules import Float, Int
+from nplm.heads import register_head
+from nplm.heads.base import Head, wide, require_counts
 from nplm.heads.softmax import SoftmaxNLL
 
-OPTIONS = ("num_samples", "proposal_power")
 
 
+@register_head("importance_sampling", keys={
+    "num_samples": Int(1, doc="proposal samples per batch"),
+    "proposal_power": Float(ge=0, doc="proposal q(w) ~ count(w)^power: 1 unigram, 0 uniform")})
 class ImportanceSamplingHead(Head):
     exact_training_loss = False
 
@@ -84,13 +88,6 @@ class ImportanceSamplingHead(Head):
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts,
                     tree=None) -> "ImportanceSamplingHead":
-        refuse_unknown_options("importance_sampling", options, OPTIONS)
         require_counts("importance_sampling", counts, vocab_size)
-        k = options.get("num_samples", 100)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise UserError(f"head.num_samples={k!r} must be a positive integer; e.g. head.num_samples=100")
-        power = options.get("proposal_power", 1.0)
-        if isinstance(power, bool) or not isinstance(power, (int, float)) or not power >= 0:
-            raise UserError(f"head.proposal_power={power!r} must be a number >= 0 (1: unigram proposal, "
-                            f"0: uniform); e.g. head.proposal_power=1.0")
-        return cls(feature_dim, vocab_size, counts, k, float(power))
+        return cls(feature_dim, vocab_size, counts, options.get("num_samples", 100),
+                   float(options.get("proposal_power", 1.0)))

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from nplm.fast.backprop import accumulate_grad
+from nplm.heads import register_head
 from nplm.heads.base import Head, wide
 from nplm.fast.cpu_gemm import is_cpu_float32, linear, weight_grad
 
@@ -69,7 +70,10 @@ class LinearSoftmaxNLL(torch.autograd.Function):
         return grad_features, grad_weight, grad.sum(0) if ctx.needs_input_grad[2] else None, None
 
 
+@register_head("softmax")
 class SoftmaxHead(Head):
+    """The full softmax of Bengio et al. (2003), eq. (1): y = b + [W | U] f, P = softmax(y)."""
+
     def __init__(self, feature_dim: int, vocab_size: int):
         super().__init__()
         self.out = nn.Linear(feature_dim, vocab_size)  # weight [V, F] = [W | U], bias b [V]

@@ -188,7 +188,7 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
     if "corpus" not in data:
         raise UserError(f"checkpoint {str(checkpoint_path)!r} does not record its corpus; it cannot be mixed "
                         "with an n-gram model of that corpus")
-    dm = LMDataModule(data["corpus"], module.model_cfg.context_size, 1, batch_size, data_dir=data_dir,
+    dm = LMDataModule(data["corpus"], module.model.context_size, 1, batch_size, data_dir=data_dir,
                       vocab=module.vocab)
     dm.setup()
     if not dm.has_split("valid"):

@@ -41,8 +41,8 @@ def prompt_vectors(module: LanguageModel, text: str, oov: str = "unk") -> tuple[
     """Word vectors `[k + T, m]` of a prompt of T tokens, left-padded with k boundary tokens."""
     if oov not in OOV_MODES:
         raise UserError(f"--oov={oov}: must be one of: {', '.join(OOV_MODES)}")
-    vocab, C = module.vocab, module.model.C.weight  # C: [V, m]
-    k = module.model_cfg.context_size
+    vocab, C = module.vocab, module.model.input_embeddings()  # C: [V, m]
+    k = module.model.context_size
     tokens = TOKENIZERS[vocab.tokenizer](text)
     vectors = [C[boundary_id(module)]] * k
     for tok in tokens:

@@ -1,5 +1,36 @@
-"""Feature extractors: context ids [B, n-1] -> features [B, F] for an output head."""
+"""Models (config group `model`): context ids [B, k] -> features [B, F] for an output head.
 
-from nplm.models.nplm import NPLM, NPLMConfig
+Each model is a module of this package that registers itself by name:
 
-__all__ = ["NPLM", "NPLMConfig"]
+    @register_model("nplm", keys=NPLMConfig)
+    class NPLM(Model): ...
+
+`build_model(cfg, vocab_size)` builds the one `cfg["name"]` names; no code outside this package names
+a concrete model.
+"""
+
+from __future__ import annotations
+
+from nplm.config.registry import Registry
+from nplm.models.base import Model
+
+MODELS = Registry("model", __name__)
+register_model = MODELS.register
+
+
+def model_options(cfg: dict) -> tuple[str, dict]:
+    """(name, the other keys) of a `model` config group; a checkpoint from before models had names
+    holds the NPLM's keys alone."""
+    options = dict(cfg)
+    return options.pop("name", "nplm"), options
+
+
+def build_model(cfg: dict, vocab_size: int) -> Model:
+    """The model `cfg["name"]` names, over a vocabulary of `vocab_size` words (the values were
+    checked against the schema)."""
+    name, options = model_options(cfg)
+    cls = MODELS.get(name)
+    return cls(vocab_size, cls.config_class(**options))
+
+
+__all__ = ["MODELS", "Model", "build_model", "model_options", "register_model"]

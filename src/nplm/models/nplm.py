@@ -12,74 +12,56 @@ classes, sampling) read the same features.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from nplm.config.registry import option
+from nplm.config.rules import Bool, Check, Choice, Float, Int
 from nplm.fast.backprop import accumulate_grad
-from nplm.errors import UserError
+from nplm.models import Model, register_model
 
 ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
 # d act(z) / dz from the output a = act(z): 1 - a^2 and a (1 - a), as autograd computes them
 ACTIVATION_GRADS = {"tanh": torch.ops.aten.tanh_backward, "sigmoid": torch.ops.aten.sigmoid_backward}
 
 
+def _some_features(m: dict) -> str | None:
+    if m.get("hidden_dim") == 0 and m.get("direct") is False:
+        return "an integer >= 1 when model.direct=false (else there are no features)"
+    return None
+
+
 @dataclass
 class NPLMConfig:
-    """Hyperparameters of the NPLM (config group `model`)."""
+    """Hyperparameters of the NPLM (config group `model`, option `nplm`); each field is a config key."""
 
-    context_size: int = 4  # n-1 previous words
-    embed_dim: int = 60  # m
-    hidden_dim: int = 50  # h; 0 drops the hidden layer (the paper's MLP3)
-    direct: bool = True  # direct connections W x from the embeddings to the output
-    activation: str = "tanh"  # tanh (the paper) or sigmoid (the lecture notes' variant)
-    dropout: float = 0.0  # on the features
-    sparse_embeddings: bool = False  # row-sparse gradients for C: the optimizer updates only the rows in the batch
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "NPLMConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names - {"name"})
-        if unknown:
-            raise UserError(f"unknown model option model.{unknown[0]}; valid options: {', '.join(sorted(names))}")
-        cfg = cls(**{k: v for k, v in d.items() if k in names})
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        if self.context_size <= 0:
-            raise UserError(f"model.context_size={self.context_size} must be >= 1 (the n-1 previous words)")
-        if self.embed_dim <= 0:
-            raise UserError(f"model.embed_dim={self.embed_dim} must be >= 1 (m, the word feature size)")
-        if self.hidden_dim < 0:
-            raise UserError(f"model.hidden_dim={self.hidden_dim} must be >= 0 (0 removes the hidden layer)")
-        if self.hidden_dim == 0 and not self.direct:
-            raise UserError("model.hidden_dim=0 with model.direct=false leaves no features; set one of them")
-        if self.activation not in ACTIVATIONS:
-            raise UserError(f"model.activation={self.activation!r} is not one of: {', '.join(ACTIVATIONS)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"model.dropout={self.dropout} must be in [0, 1)")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    context_size: int = option(4, Int(1), "n-1, the previous words the model reads")
+    embed_dim: int = option(60, Int(1), "m, the size of a word feature vector C(w)")
+    hidden_dim: int = option(50, Int(0), "h, hidden units; 0 drops the hidden layer (the paper's MLP3)")
+    direct: bool = option(True, Bool(), "direct connections W x from the embeddings to the output")
+    activation: str = option("tanh", Choice(options=tuple(ACTIVATIONS)), "tanh (the paper) or sigmoid")
+    dropout: float = option(0.0, Float(ge=0, lt=1), "dropout on the features")
+    sparse_embeddings: bool = option(False, Bool(), "row-sparse gradients for C: only the batch's rows are updated")
 
 
-class NPLM(nn.Module):
-    """Context ids `[B, n-1]` -> features `[B, F]` (module docstring: Bengio et al. 2003, eq. 1)."""
+@register_model("nplm", keys=NPLMConfig, checks=(Check("hidden_dim", _some_features),))
+class NPLM(Model):
+    """Bengio et al. (2003): context ids `[B, n-1]` -> features `[B, F]` (module docstring, eq. 1)."""
+
+    config_class = NPLMConfig
 
     def __init__(self, vocab_size: int, cfg: NPLMConfig):
         super().__init__()
         self.cfg = cfg
         k, m, h = cfg.context_size, cfg.embed_dim, cfg.hidden_dim
+        self.context_size = k
         self.C = nn.Embedding(vocab_size, m, sparse=cfg.sparse_embeddings)
         self.H = nn.Linear(k * m, h) if h > 0 else None  # weight H, bias d
         self.act = ACTIVATIONS[cfg.activation]
         self.dropout = nn.Dropout(cfg.dropout)
         self.feature_dim = (k * m if cfg.direct else 0) + h
-
-    def forward(self, context: torch.Tensor) -> torch.Tensor:
-        return self.features_from_embeddings(self.embed(context))
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:
         """C(context): `[B, n-1]` ids -> `[B, n-1, m]`. On a CPU with a dense gradient this is
@@ -94,6 +76,9 @@ class NPLM(nn.Module):
         """Features from context vectors `[B, n-1, m]`; used directly for out-of-vocabulary words,
         whose vector is sum_i C(i) P(i | context) (Bengio et al. 2003, section 4)."""
         return self.dropout(self._features(emb.flatten(1))[0])  # [B, F]
+
+    def input_embeddings(self) -> torch.Tensor:
+        return self.C.weight  # [V, m]
 
     def _features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """From x `[B, (n-1)m]`: f = [x, act(d + H x)] `[B, F]` before dropout, and act(d + H x) `[B, h]`

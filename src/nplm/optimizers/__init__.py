@@ -1,1 +1,73 @@
-"""Optimizers (config group `optimizer`)."""
+"""Optimizers (config group `optimizer`): SGD with Bengio et al.'s schedule, Adam, AdamW.
+
+Bengio et al. (2003), section 4: stochastic gradient ascent with learning rate
+eps_t = eps_0 / (1 + r t), t the number of parameter updates, and weight decay on the weights and the
+word features C but not on the biases. `weight_decay` here is torch's: a gradient term wd * theta,
+i.e. the penalty (wd / 2) ||theta||^2.
+
+Each optimizer is a function `make(param_groups, lr=..., fused=..., **its keys) -> torch.optim.Optimizer`
+in a module of this package, registered by name with its own keys (`register_optimizer`); the keys
+every optimizer has (the step size and its schedule) are the registry's common keys, applied here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nplm.config.registry import Registry
+from nplm.config.rules import Bool, Check, Float
+
+
+def _one_schedule(o: dict) -> str | None:
+    if (o.get("lr_decay") or 0) > 0 and (o.get("plateau_factor") or 1) < 1:
+        return "1 when optimizer.lr_decay > 0 (two schedules; set one of them)"
+    return None
+
+
+OPTIMIZERS = Registry("optimizer", __name__, common={
+    "lr": Float(gt=0, required=True, doc="eps_0, the step size"),
+    "weight_decay": Float(ge=0, doc="on weights and C, never on biases"),
+    "lr_decay": Float(ge=0, doc="r in eps_t = eps_0 / (1 + r t), t counted in updates"),
+    "plateau_factor": Float(gt=0, le=1, doc="< 1: multiply the step by this after an epoch with no better val/ppl"),
+    "fused": Bool(doc="one fused update kernel (CPU and CUDA)"),
+}, checks=(Check("plateau_factor", _one_schedule),))
+register_optimizer = OPTIMIZERS.register
+SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "weight_decay")  # applied here, not by the optimizer's function
+
+
+def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
+    """Weights and embeddings (>= 2-D) decay; biases (1-D) do not."""
+    decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class InverseTimeDecay:
+    """eps_t / eps_0 = 1 / (1 + r t); a class (not a lambda) so the scheduler state is plain data."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+
+    def __call__(self, step: int) -> float:
+        return 1.0 / (1.0 + self.rate * step)
+
+
+def build_optimizer(module: nn.Module, cfg: dict):
+    """Lightning's `configure_optimizers` return value for the `optimizer` config group `cfg` (checked
+    against the schema; keys left out take the optimizer function's defaults)."""
+    options = dict(cfg)
+    make = OPTIMIZERS.get(options.pop("name"))
+    lr_decay, plateau = options.pop("lr_decay", 0.0), options.pop("plateau_factor", 1.0)
+    opt = make(param_groups(module, options.pop("weight_decay", 0.0)), **options)
+    if plateau < 1:
+        # patience 0: the step shrinks after the first epoch that does not improve on the best
+        schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=plateau, patience=0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "monitor": "val/ppl", "interval": "epoch"}}
+    if lr_decay == 0:
+        return opt
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(lr_decay))
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+__all__ = ["OPTIMIZERS", "build_optimizer", "param_groups", "register_optimizer"]

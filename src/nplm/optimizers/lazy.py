@@ -1,80 +1,20 @@
-"""Optimizers (config group `optimizer`): SGD with Bengio et al.'s schedule, Adam, AdamW.
-
-Bengio et al. (2003), section 4: stochastic gradient ascent with learning rate
-eps_t = eps_0 / (1 + r t), t the number of parameter updates, and weight decay on the weights and the
-word features C but not on the biases. `weight_decay` here is torch's: a gradient term wd * theta,
-i.e. the penalty (wd / 2) ||theta||^2.
+"""Lazy row updates: optimizers that update only the rows of C a batch touched.
 
 Row-sparse gradients (`model.sparse_embeddings=true`: nn.Embedding(sparse=True)) are updated lazily:
 only the rows in the batch move, and Adam's moments of the other rows wait (as torch.optim.SparseAdam
 and TensorFlow's LazyAdam); weight decay then applies to the touched rows only. A dense update of a
-256k x 60 table every step costs more than the whole hierarchical output layer.
+256k x 60 table every step costs more than the whole hierarchical output layer. Dense gradients go
+to the torch optimizer the class is mixed into.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
-from torch import nn
 from torch.optim import optimizer as torch_optimizer
 
 from nplm.errors import UserError
-
-NAMES = ("sgd", "adam", "adamw")
-
-
-@dataclass
-class OptimizerConfig:
-    name: str = "adam"
-    lr: float = 1e-3  # eps_0
-    weight_decay: float = 0.0  # on weights and C, never on biases
-    lr_decay: float = 0.0  # r in eps_t = eps_0 / (1 + r t), t counted in updates
-    momentum: float = 0.0  # sgd only
-    betas: tuple[float, float] = (0.9, 0.999)  # adam / adamw
-    eps: float = 1e-8  # adam / adamw: the denominator's floor, sqrt(v) + eps
-    fused: bool = True  # one fused kernel per step (CPU and CUDA): ~3x faster updates at |V| = 17,905
-    plateau_factor: float = 1.0  # < 1: multiply the step size by this after an epoch with no better val/ppl
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "OptimizerConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise UserError(f"unknown option optimizer.{unknown[0]}; valid options: {', '.join(sorted(names))}")
-        cfg = cls(**d)
-        cfg.betas = tuple(cfg.betas)
-        if cfg.name not in NAMES:
-            raise UserError(f"optimizer={cfg.name!r} is not one of: {', '.join(NAMES)}")
-        if not cfg.lr > 0:
-            raise UserError(f"optimizer.lr={cfg.lr} must be > 0 (try 1e-3)")
-        if not cfg.eps > 0:
-            raise UserError(f"optimizer.eps={cfg.eps} must be > 0 (Adam's default is 1e-8)")
-        if cfg.weight_decay < 0 or cfg.lr_decay < 0:
-            raise UserError("optimizer.weight_decay and optimizer.lr_decay must be >= 0")
-        if not 0 < cfg.plateau_factor <= 1:
-            raise UserError(f"optimizer.plateau_factor={cfg.plateau_factor} must be in (0, 1] (1 turns it off; try 0.5)")
-        if cfg.lr_decay > 0 and cfg.plateau_factor < 1:
-            raise UserError("optimizer.lr_decay and optimizer.plateau_factor are two schedules; set one of them")
-        return cfg
-
-
-def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
-    """Weights and embeddings (>= 2-D) decay; biases (1-D) do not."""
-    decay = [p for p in module.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in module.parameters() if p.requires_grad and p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class InverseTimeDecay:
-    """eps_t / eps_0 = 1 / (1 + r t); a class (not a lambda) so the scheduler state is plain data."""
-
-    def __init__(self, rate: float):
-        self.rate = rate
-
-    def __call__(self, step: int) -> float:
-        return 1.0 / (1.0 + self.rate * step)
 
 
 class LazyRowsMixin:
@@ -210,22 +150,3 @@ def step_without_profiler(optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
     else:
         step.__wrapped__(optimizer)
-
-
-def build_optimizer(module: nn.Module, cfg: OptimizerConfig):
-    """Lightning's `configure_optimizers` return value for `cfg`."""
-    groups = param_groups(module, cfg.weight_decay)
-    if cfg.name == "sgd":
-        opt = LazySGD(groups, lr=cfg.lr, momentum=cfg.momentum, fused=cfg.fused)
-    elif cfg.name == "adam":
-        opt = LazyAdam(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
-    else:
-        opt = LazyAdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused)
-    if cfg.plateau_factor < 1:
-        # patience 0: the step shrinks after the first epoch that does not improve on the best
-        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=cfg.plateau_factor, patience=0)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": plateau, "monitor": "val/ppl", "interval": "epoch"}}
-    if cfg.lr_decay == 0:
-        return opt
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(cfg.lr_decay))
-    return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

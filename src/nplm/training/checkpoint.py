@@ -28,7 +28,7 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 def load_model(path: str | Path) -> LanguageModel:
-    """Rebuild the `LanguageModel` (NPLM + head + vocabulary) of a checkpoint, in eval mode."""
+    """Rebuild the `LanguageModel` (model + head + vocabulary) of a checkpoint, in eval mode."""
     ckpt = read_checkpoint(path)
     entry = ckpt[CHECKPOINT_KEY]
     module = LanguageModel(**ckpt["hyper_parameters"], vocab=entry["vocab"], tree=entry.get("tree"))

@@ -1,4 +1,4 @@
-"""The LightningModule: an NPLM feature extractor + an output head -> NLL, perplexity, logging."""
+"""The LightningModule: a model (`nplm.models`) + an output head (`nplm.heads`) -> NLL, perplexity, logging."""
 
 from __future__ import annotations
 
@@ -15,12 +15,33 @@ from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.execution import StepOptions
 from nplm.heads import build_head
-from nplm.models import NPLM, NPLMConfig
-from nplm.optimizers.lazy import OptimizerConfig, build_optimizer, step_without_profiler
+from nplm.models import build_model
+from nplm.optimizers import build_optimizer
+from nplm.optimizers.lazy import step_without_profiler
 from nplm.training.perplexity import Perplexity
 from nplm.trees.tree import Tree
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
+
+# Two counters of Lightning's training loop that nplm's manual optimization moves itself, where
+# Lightning has no public API for them: the count of optimizer steps (`trainer.global_step` reads it)
+# that the direct optimizer step advances as `LightningOptimizer.step` would, and the loggers' step
+# axis. `lightning_counter` looks each up once per training run; where one is missing the step goes
+# through Lightning's public API instead (`LightningOptimizer.step`: the same update, ~0.1 ms more
+# per batch), or the epoch-end log rows stay on Lightning's own axis (one step per `training_step`
+# call). LIGHTNING_COUNTERS = False forces both fallbacks (tests/test_execution.py).
+LIGHTNING_COUNTERS = True
+
+
+def lightning_counter(trainer: pl.Trainer, path: str, attribute: str):
+    """`trainer.<path>` (dotted) where it exists and has `attribute`; None otherwise, or where
+    LIGHTNING_COUNTERS is False."""
+    if not LIGHTNING_COUNTERS:
+        return None
+    found = trainer
+    for name in path.split("."):
+        found = getattr(found, name, None)
+    return found if hasattr(found, attribute) else None
 
 
 def use_tf32(enabled: bool) -> None:
@@ -41,9 +62,9 @@ class LanguageModel(pl.LightningModule):
     Training uses Lightning's manual optimization (`training_step` steps the optimizer once per batch,
     for several batches per call: `nplm.training.execution`). With your own `pl.Trainer`, set gradient
     clipping and accumulation on `step_options`, not on the Trainer (Lightning refuses them there).
-    Where `nplm.fast.backprop.possible` (the NPLM with the full softmax on a CPU, in float32, not compiled)
-    the step computes the gradients by hand rather than through autograd: the same gradients, faster
-    for small models.
+    Where `nplm.fast.backprop.possible` (a model and head that differentiate themselves, on a CPU, in
+    float32, not compiled) the step computes the gradients by hand rather than through autograd: the
+    same gradients, faster for small models.
     """
 
     def __init__(self, model: dict, head: dict, optimizer: dict, vocab: dict, data: dict | None = None,
@@ -56,9 +77,7 @@ class LanguageModel(pl.LightningModule):
         self.save_hyperparameters(ignore=["vocab", "tree"])
         self.vocab = Vocabulary.from_dict(vocab)
         self.tree = Tree.from_dict(tree) if tree is not None else None
-        self.model_cfg = NPLMConfig.from_dict(model)
-        self.optim_cfg = OptimizerConfig.from_dict(optimizer)
-        self.model = NPLM(len(self.vocab), self.model_cfg)
+        self.model = build_model(model, len(self.vocab))
         self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree)
         # Heads that train on a sampled objective report its perplexity under another name.
         self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
@@ -92,6 +111,9 @@ class LanguageModel(pl.LightningModule):
 
     def on_train_start(self) -> None:
         self._direct = self._direct_steps_possible()
+        self._step_counter = lightning_counter(self.trainer, "fit_loop.epoch_loop.manual_optimization.optim_step_progress",
+                                               "increment_completed")
+        self._log_axis = lightning_counter(self.trainer, "fit_loop.epoch_loop", "_batches_that_stepped")
         self._by_hand = (self._direct and not self._compiled and self.trainer.precision in ("32-true", "32")
                          and backprop.possible(self.model, self.head))
         # NPLM_SYNC_DEBUG=1 on a GPU: any host-device sync in a training step (forward, backward,
@@ -155,7 +177,7 @@ class LanguageModel(pl.LightningModule):
         nlls = []  # the batches' per-token losses [B], summed once per group
         done = tokens = 0
         steps_before = self.global_step
-        last = len(batches) - 1 if self.trainer.fit_loop.epoch_loop.batch_progress.is_last_batch else -1
+        last = len(batches) - 1 if self.trainer.is_last_batch else -1
         with self._sync_mode("error" if self.global_step > 0 else "default"):  # the first step compiles
             for i, (context, target) in enumerate(batches):
                 if 0 < max_steps <= self.global_step:
@@ -185,7 +207,8 @@ class LanguageModel(pl.LightningModule):
             self._log_window()  # a multiple of log_every_n_steps optimizer steps was passed in this group
         # Lightning adds one step per call to its loggers' axis; make the axis count optimizer steps, as
         # it does for automatic optimization (gradient accumulation included)
-        self.trainer.fit_loop.epoch_loop._batches_that_stepped = self.global_step - 1
+        if self._log_axis is not None:
+            self._log_axis._batches_that_stepped = self.global_step - 1
         return {"loss": (group_sum / tokens).float(), "batches": done, "tokens": tokens}
 
     def _optimizer_step(self, optimizer, schedulers: list) -> None:
@@ -194,8 +217,8 @@ class LanguageModel(pl.LightningModule):
         if options.gradient_clip_val:
             self.clip_gradients(optimizer, gradient_clip_val=options.gradient_clip_val,
                                 gradient_clip_algorithm=options.gradient_clip_algorithm)
-        if self._direct:  # the torch optimizer itself, counted as Lightning's manual optimization counts it
-            progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        if self._direct and self._step_counter is not None:  # the torch optimizer itself, counted as Lightning counts it
+            progress = self._step_counter
             progress.increment_ready()
             step_without_profiler(optimizer.optimizer)
             progress.increment_completed()
@@ -222,7 +245,7 @@ class LanguageModel(pl.LightningModule):
                 first = last - self._window_steps + 1
                 where = f"in batch {last}" if first == last else f"between batches {first} and {last}"
                 raise UserError(f"training loss became {mean.item()} {where} (epoch {self.current_epoch}); lower "
-                                f"the learning rate, e.g. optimizer.lr={self.optim_cfg.lr / 10:g}")
+                                f"the learning rate, e.g. optimizer.lr={self.hparams.optimizer['lr'] / 10:g}")
         if epoch_end:
             self.log("train/loss", mean, prog_bar=True)
         else:
@@ -286,7 +309,7 @@ class LanguageModel(pl.LightningModule):
         self.test_ppl.reset()
 
     def configure_optimizers(self):
-        config = build_optimizer(self, self.optim_cfg)
+        config = build_optimizer(self, self.hparams.optimizer)
         if isinstance(config, dict):  # manual optimization: training_step and _step_epoch_schedulers step them
             # (Lightning ignores, with a warning, a monitor under manual optimization: kept here instead)
             self._plateau_monitor = config["lr_scheduler"].pop("monitor", None)

@@ -105,10 +105,6 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
     if tree_cfg is None:
         log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
         tree_cfg = {"name": "balanced"}
-    if tree_cfg["name"] == "file":
-        tree = Tree.load(tree_cfg["path"])
-        tree.check_vocabulary(dm.vocab.tokens)
-        return tree
     start = time.perf_counter()
     ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
     tree = build_tree(tree_cfg, ctx)
@@ -239,7 +235,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if threads:
         torch.set_num_threads(threads)
     use_tf32(bool(cfg.get("tf32", True)))
-    keep_freed_memory()  # large CPU buffers reused between steps (nplm.fast.malloc)
+    if cfg.get("malloc_keep_freed", False):  # asked for: it changes malloc for the whole process (nplm.fast.malloc)
+        keep_freed_memory()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,

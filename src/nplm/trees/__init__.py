@@ -1,28 +1,22 @@
 """Trees over the vocabulary (config group `tree`), built from the training split.
 
-Each builder lives in its own module and is registered here by name; `build_tree(cfg, ctx)` runs
-the one named by `cfg["name"]` and validates the result.
+Each builder is a function `build(ctx, **keys) -> Tree` in a module of this package, registered by
+name with the keys its yaml file may set (`register_tree`); `build_tree(cfg, ctx)` runs the one
+named by `cfg["name"]` and validates the result.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import torch
 
 from nplm.data.vocabulary import Vocabulary
-from nplm.errors import UserError
+from nplm.config.registry import Registry
 from nplm.trees.tree import Tree, vocab_fingerprint
 
-BUILDERS: dict[str, str] = {
-    "balanced": "nplm.trees.balanced:build",
-    "random": "nplm.trees.random_tree:build",
-    "huffman": "nplm.trees.huffman:build",
-    "brown": "nplm.trees.brown:build",
-    "wordnet": "nplm.trees.wordnet:build",
-    "learned": "nplm.trees.learned:build",
-}
+TREES = Registry("tree", __name__)
+register_tree = TREES.register
 
 
 @dataclass
@@ -45,14 +39,11 @@ PHASE_OPTIONS = ("bootstrap", "bootstrap_epochs", "bootstrap_checkpoint")
 def build_tree(cfg: dict, ctx: TreeContext) -> Tree:
     cfg = {k: v for k, v in cfg.items() if k not in PHASE_OPTIONS}
     name = cfg.pop("name", None)
-    if name not in BUILDERS:
-        raise UserError(f"tree={name!r} is not one of: {', '.join(BUILDERS)}")
-    module, fn = BUILDERS[name].split(":")
-    tree = getattr(importlib.import_module(module), fn)(ctx, **cfg)
-    tree.kind = name
+    tree = TREES.get(name)(ctx, **cfg)
+    tree.kind = tree.kind or name  # (a saved tree keeps the kind it was built as)
     tree.fingerprint = vocab_fingerprint(ctx.vocab.tokens)
     tree.validate()
     return tree
 
 
-__all__ = ["BUILDERS", "Tree", "TreeContext", "build_tree"]
+__all__ = ["TREES", "Tree", "TreeContext", "build_tree", "register_tree"]

@@ -37,6 +37,8 @@ import numpy as np
 from nplm.errors import UserError
 from nplm.trees.assemble import from_merges
 from nplm.trees.huffman import huffman_merges
+from nplm.config.rules import Choice, Int
+from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,10 @@ def merge_classes(P: np.ndarray, codes: list[int], first_code: int) -> list[tupl
     return merges
 
 
+@register_tree("brown", keys={
+    "num_classes": Int(2, doc="C, flat classes before the hierarchy (>= |V|: exact Brown merging)"),
+    "sweeps": Int(0, doc="at most this many exchange passes"),
+    "within": Choice(options=("huffman", "balanced"), doc="the tree inside a class")})
 def build(ctx, num_classes: int = 256, sweeps: int = 10, within: str = "huffman") -> Tree:
     """`num_classes`: C, flat classes before the hierarchy (>= |V|: exact Brown merging);
     `sweeps`: at most this many exchange passes; `within`: huffman | balanced, the tree inside a class."""

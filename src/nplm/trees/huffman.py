@@ -14,6 +14,7 @@ import heapq
 from typing import Sequence
 
 from nplm.trees.assemble import from_merges
+from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
 
@@ -34,7 +35,9 @@ def huffman_merges(items: Sequence[int], weights: Sequence[float], first_code: i
     return merges, heap[0][2]
 
 
+@register_tree("huffman")
 def build(ctx) -> Tree:
+    """Huffman (1952) tree of the training unigram counts: frequent words get short codes."""
     V = len(ctx.vocab.tokens)
     merges, root = huffman_merges(range(V), ctx.counts, V)
     return from_merges(merges, V, root)

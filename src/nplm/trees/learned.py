@@ -15,6 +15,8 @@ import torch
 
 from nplm.errors import UserError
 from nplm.trees.mixture_tree import SPLITS, mixture_tree
+from nplm.config.rules import Choice, FilePath, Float, Int
+from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
 
@@ -44,6 +46,14 @@ def predicted_word_vectors(module, windows: torch.Tensor, vocab_size: int, batch
     return out.float().cpu()
 
 
+@register_tree("learned", keys={
+    "iterations": Int(1, doc="EM iterations of each 2-component mixture"), "seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)"),
+    "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet"), doc="the first model's tree"),
+    "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run", doc="epochs of the first model"),
+    "split": Choice(options=("adaptive", "balanced"), default="adaptive", doc="Mnih & Hinton's ADAPTIVE or BALANCED"),
+    "eps": Float(ge=0, lt=0.5, default=0.0, doc="ADAPTIVE(eps): words this close to 0.5 get codes in both subtrees"),
+    "runs": Int(1, default=1, doc="trees whose codes every word gets (several codes per word)"),
+    "bootstrap_checkpoint": FilePath(nullable=True, doc="a first model trained elsewhere (skips phase 1)")})
 def build(ctx, split: str = "adaptive", eps: float = 0.0, runs: int = 1, iterations: int = 30,
           seed: int | None = None) -> Tree:
     """`split`: balanced | adaptive (Mnih & Hinton's BALANCED, ADAPTIVE); `eps` >= 0 with adaptive:

@@ -45,6 +45,8 @@ from nplm.errors import UserError
 from nplm.trees.assemble import from_splits
 from nplm.trees.clustering import TwoMeansSplit
 from nplm.trees.cooccurrence import context_vectors
+from nplm.config.rules import Bool, Choice, Int, SearchDir
+from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
 UNPLACED = ("nearest", "subtree")
@@ -177,6 +179,13 @@ def hypernym_paths(tokens: Sequence[str], wn) -> dict[int, list[str]]:
     return paths
 
 
+@register_tree("wordnet", keys={
+    "unplaced": Choice(options=("nearest", "subtree"), doc="where words without a synset go"),
+    "nltk_data": SearchDir(nullable=True, doc="a folder holding corpora/wordnet.zip"),
+    "download": Bool(doc="nltk.download WordNet when it is missing"),
+    "dim": Int(1, doc="size of the co-occurrence vectors"), "contexts": Int(1, doc="context words counted"),
+    "iterations": Int(1, doc="2-means iterations"), "seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)"),
+    "binarise": Choice(options=("balanced", "kmeans"), default="balanced", doc="how a synset's children are paired")})
 def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download: bool = False,
           dim: int = 50, contexts: int = 2000, iterations: int = 20, seed: int | None = None,
           binarise: str = "balanced") -> Tree:

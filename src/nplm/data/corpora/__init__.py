@@ -1,0 +1,113 @@
+"""Corpora (config group `corpus`): each turns its config into token streams for the train/valid/test splits.
+
+| name             | tokens                    | default split                                    |
+|------------------|---------------------------|--------------------------------------------------|
+| toy              | words of 20 sentences     | all three splits are the 20 sentences            |
+| tiny_shakespeare | characters (65 symbols)   | first 90% train, last 10% valid (notebook)       |
+| brown            | NLTK Brown words          | 800,000 / 200,000 / rest (Bengio et al. 2003)    |
+| brown_gpt2       | GPT-2 pre-tokens of Brown | 80% / 10% / rest                                 |
+| text_files       | whitespace words          | the user's three files                           |
+
+Each corpus is a class in a module of this package, registered by name with the keys its yaml file
+may set (`register_corpus`): `load(cfg, data_dir) -> CorpusText` reads its splits, and
+`tokens(cfg, text)` tokenises any text as the corpus tokenises its own (`nplm-eval --text`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nplm.config.registry import Registry
+from nplm.config.rules import Check, Choice, Int, Size, Str, show
+from nplm.data import sources
+from nplm.errors import UserError
+
+
+def _one_rest(c: dict) -> str | None:
+    if "train_size" in c and c.get("valid_size") is None and c.get("test_size") is None:
+        return "a number when corpus.test_size=null (only one of valid_size / test_size may be the rest)"
+    return None
+
+
+CORPORA = Registry("corpus", __name__, common={
+    "vocab_from": Choice(options=("train", "all"), doc="count the vocabulary on the training split or all splits"),
+    "min_count": Int(1, doc="words seen fewer times become <unk>"),
+    "max_vocab": Int(2, nullable=True, doc="keep only the N most frequent (<unk> included)"),
+    "unk": Str(nullable=True, doc="the unknown-word token (null: none; every word must be in the vocabulary)"),
+    "order": Choice(options=("frequency", "sorted"), doc="word ids by frequency or in sorted order"),
+}, checks=(Check("valid_size", _one_rest),))
+register_corpus = CORPORA.register
+# The split sizes of a corpus that is one text cut in three (`split`).
+SIZES = {"train_size": Size(required=True, doc="training tokens (a count, or a fraction of the corpus)"),
+         "valid_size": Size(nullable=True, doc="validation tokens (null: the rest)"),
+         "test_size": Size(nullable=True, doc="test tokens (null: the rest)")}
+
+
+class Corpus:
+    """A corpus option: `load` its splits; `tokens` of any text as it tokenises its own."""
+
+    @classmethod
+    def load(cls, cfg: dict, data_dir: Path) -> "CorpusText":
+        raise NotImplementedError
+
+    @classmethod
+    def tokens(cls, cfg: dict, text: str) -> list[str]:
+        raise NotImplementedError
+
+@dataclass
+class CorpusText:
+    """Token streams of the three splits. `contiguous`: valid follows train and test follows valid
+    in one text, so a split's first tokens take their context from the end of the previous split."""
+
+    train: list[str]
+    valid: list[str]
+    test: list[str]
+    tokenizer: str
+    contiguous: bool
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256, for reproducibility
+
+
+def split_sizes(total: int, train_size, valid_size, test_size) -> tuple[int, int, int]:
+    """Sizes of train/valid/test in tokens. Each size is a count (int), a fraction of `total`
+    (float <= 1), or null for "the rest" (at most one of valid/test; nplm.config.schema checks them)."""
+
+    def resolve(size) -> int | None:
+        return None if size is None else int(size * total) if isinstance(size, float) else int(size)
+
+    n_train, n_valid, n_test = resolve(train_size), resolve(valid_size), resolve(test_size)
+    if n_valid is None:
+        n_valid = total - n_train - n_test
+    if n_test is None:
+        n_test = total - n_train - n_valid
+    if min(n_valid, n_test) < 0 or n_train + n_valid + n_test > total:
+        asked = n_train + max(n_valid, 0) + max(n_test, 0)
+        raise UserError(f"corpus.train_size={show(train_size)}: with corpus.valid_size={show(valid_size)} and "
+                        f"corpus.test_size={show(test_size)} the splits need {asked} tokens, more than the corpus' "
+                        f"{total}; lower them")
+    return n_train, n_valid, n_test
+
+
+def split(tokens: list[str], cfg: dict, tokenizer: str, files: dict[str, str]) -> CorpusText:
+    n_train, n_valid, n_test = split_sizes(len(tokens), cfg["train_size"], cfg.get("valid_size"),
+                                           cfg.get("test_size"))
+    return CorpusText(
+        train=tokens[:n_train],
+        valid=tokens[n_train:n_train + n_valid],
+        test=tokens[n_train + n_valid:n_train + n_valid + n_test],
+        tokenizer=tokenizer,
+        contiguous=True,
+        files=files,
+    )
+
+
+def file_tokens(cfg: dict, path: str | Path, option: str) -> list[str]:
+    """The tokens of any text file as corpus `cfg` tokenises its own text (its encoding, lowercasing,
+    `<eos>` per line, tokenizer), so a model trained on that corpus scores the file as it scored
+    its own splits. `option` names the setting or flag in error messages."""
+    text = sources.read_text(path, cfg.get("encoding", "utf-8"), option)
+    return CORPORA.get(cfg.get("name")).tokens(cfg, text)
+
+
+def load_corpus(cfg: dict, data_dir: str | Path) -> CorpusText:
+    return CORPORA.get(cfg.get("name")).load(cfg, Path(data_dir).expanduser())

@@ -1,0 +1,48 @@
+"""The interface every model of the `model` group meets: context ids [B, k] -> features [B, F].
+
+Heads read the features; prompting, generation and evaluation of unknown words read the input
+embeddings; a head may tie its output word vectors to the model's (`output_embeddings`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    """A feature extractor over a context of `context_size` previous tokens.
+
+    Subclasses set `context_size` and `feature_dim` (F) and implement `embed` and
+    `features_from_embeddings`; `config_class` is the dataclass of their hyperparameters (the keys of
+    their yaml file, registered with `nplm.models.register_model`)."""
+
+    config_class: type
+    context_size: int
+    feature_dim: int
+
+    def forward(self, context: torch.Tensor) -> torch.Tensor:
+        """Context ids `[B, k]` -> features `[B, F]`."""
+        return self.features_from_embeddings(self.embed(context))
+
+    def embed(self, context: torch.Tensor) -> torch.Tensor:
+        """The context's input word vectors: ids `[B, k]` -> `[B, k, m]`."""
+        raise NotImplementedError
+
+    def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
+        """Features `[B, F]` from context vectors `[B, k, m]` (for an unknown word, any vector: the
+        expected embedding sum_i C(i) P(i | context) of Bengio et al. 2003, section 4)."""
+        raise NotImplementedError
+
+    def input_embeddings(self) -> torch.Tensor:
+        """The table of input word vectors `[V, m]` (row i: word id i)."""
+        raise NotImplementedError
+
+    def output_embeddings(self) -> torch.Tensor | None:
+        """Output word vectors `[V, F]` a head may tie its weights to; None where the model has none."""
+        return None
+
+    def can_backprop_by_hand(self) -> bool:
+        """Whether the model has `forward_saving` / `backprop` for its device and dtype
+        (`nplm.fast.backprop`); a model without them trains through autograd."""
+        return False
