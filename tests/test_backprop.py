@@ -6,17 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TOY_FAST
+from conftest import TOY_FAST, compose_cfg
 from nplm.fast import backprop
 from nplm.heads import build_head
-from nplm.models import NPLM, NPLMConfig
+from nplm.models.nplm import NPLM, NPLMConfig
+from nplm.training.module import LanguageModel
+from nplm.training.train import train
 
 V, B = 29, 24
 
 
 def parts(**model):
     torch.manual_seed(0)
-    cfg = NPLMConfig.from_dict({"context_size": 3, "embed_dim": 5, "hidden_dim": 7, **model})
+    cfg = NPLMConfig(**{"context_size": 3, "embed_dim": 5, "hidden_dim": 7, **model})
     net = NPLM(V, cfg)
     return net, build_head({"name": "softmax"}, net.feature_dim, V)
 
@@ -66,34 +68,79 @@ def test_not_possible_where_autograd_is_needed():
     assert not backprop.possible(net, head)
 
 
-def run_metrics(run_train, monkeypatch, by_hand: bool, *overrides) -> dict:
-    if not by_hand:
-        monkeypatch.setattr(backprop, "possible", lambda model, head: False)
-    used = {}
-    real = backprop.train_loss
+# The functions run_observed spies on, as imported (not a spy of an earlier call in the same test).
+REAL = (backprop.possible, backprop.train_loss, LanguageModel.on_train_start, LanguageModel._train_loss)
 
-    def spy(*args):
-        used["by_hand"] = True
-        return real(*args)
 
-    monkeypatch.setattr(backprop, "train_loss", spy)
-    metrics = run_train(*TOY_FAST, *overrides)
-    assert used.get("by_hand", False) is by_hand
-    return metrics
+def run_observed(folder, monkeypatch, *overrides: str, listen: bool = False) -> tuple[dict, dict]:
+    """Train the toy corpus in-process, in `folder`, with nplm-train's own choice between the two paths, forcing
+    nothing, and record it: what the real `backprop.possible` answered, the module's choice
+    (`_by_hand`), whether the step was compiled, and how many training batches went through
+    `backprop.train_loss` (by hand) and through `LanguageModel._train_loss` (autograd).
+    `listen=True` registers a gradient hook (the identity) on a parameter before that choice: someone
+    listening to the gradient is one of the documented cases for autograd, so `possible` must see it.
+    Each run needs its own folder: `train` returns a finished run's metrics without training again."""
+    seen = {"possible": [], "by_hand": [], "compiled": [], "hand_steps": 0, "autograd_steps": 0}
+    real_possible, real_train_loss, real_start, real_loss = REAL
+
+    def possible(model, head):
+        seen["possible"].append(real_possible(model, head))
+        return seen["possible"][-1]
+
+    def train_loss(*args):
+        seen["hand_steps"] += 1
+        return real_train_loss(*args)
+
+    def on_train_start(self):
+        if listen:
+            next(self.model.parameters()).register_hook(lambda grad: grad)
+        real_start(self)
+        seen["by_hand"].append(self._by_hand)
+        seen["compiled"].append(self._compiled)
+
+    def autograd_loss(self, context, target):
+        seen["autograd_steps"] += 1
+        return real_loss(self, context, target)
+
+    monkeypatch.setattr(backprop, "possible", possible)
+    monkeypatch.setattr(backprop, "train_loss", train_loss)
+    monkeypatch.setattr(LanguageModel, "on_train_start", on_train_start)
+    monkeypatch.setattr(LanguageModel, "_train_loss", autograd_loss)
+    metrics = train(compose_cfg(folder, *TOY_FAST, *overrides))
+    assert len(seen["by_hand"]) == 1, seen  # it trained, once
+    return metrics, seen
 
 
 @pytest.mark.parametrize("overrides", [(), ("model.dropout=0.2", "trainer.accumulate_grad_batches=2")])
-def test_nplm_train_gives_the_autograd_runs_perplexities(run_train, monkeypatch, overrides):
-    """Two epochs on the toy corpus by hand and through autograd: the same perplexities."""
-    hand = run_metrics(run_train, monkeypatch, True, *overrides)
-    auto = run_metrics(run_train, monkeypatch, False, *overrides)
+def test_nplm_train_gives_the_autograd_runs_perplexities(tmp_path, monkeypatch, overrides):
+    """Two epochs on the toy corpus by hand and through autograd: the same perplexities. nplm-train
+    chooses the path itself in both runs: by hand for the NPLM with the softmax head on a CPU, and
+    through autograd once a gradient hook listens to a parameter."""
+    hand, seen = run_observed(tmp_path / "hand", monkeypatch, *overrides)
+    assert seen["possible"] == [True] and seen["by_hand"] == [True], seen
+    assert seen["hand_steps"] > 0 and seen["autograd_steps"] == 0, seen
+    auto, seen_auto = run_observed(tmp_path / "autograd", monkeypatch, *overrides, listen=True)
+    assert seen_auto["possible"] == [False] and seen_auto["by_hand"] == [False], seen_auto
+    assert seen_auto["hand_steps"] == 0 and seen_auto["autograd_steps"] == seen["hand_steps"], seen_auto
     for key in ("train/ppl", "val/ppl", "test/ppl"):
         assert hand[key] == pytest.approx(auto[key], rel=1e-4), key
     assert 1.5 < hand["val/ppl"] < 40
 
 
-def test_nplm_train_uses_autograd_for_other_heads_and_compile(run_train, monkeypatch):
-    run_metrics(run_train, monkeypatch, False, "head=hierarchical", "tree=balanced")
+def test_nplm_train_uses_autograd_for_other_heads_and_compile(tmp_path, monkeypatch):
+    """A tree head (the hierarchical softmax) has no gradients by hand: `possible` says no. With
+    `compile=true` the softmax head, which could, trains through the compiled autograd step (the
+    suite's aot_eager backend: the same graph capture as inductor, no code generation)."""
+    _, seen = run_observed(tmp_path / "tree", monkeypatch, "head=hierarchical", "tree=balanced")
+    assert seen["possible"] == [False] and seen["by_hand"] == [False], seen
+    assert seen["hand_steps"] == 0 and seen["autograd_steps"] > 0, seen
+    monkeypatch.setenv("NPLM_COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    metrics, seen = run_observed(tmp_path / "compiled", monkeypatch, "head=softmax", "compile=true")
+    assert seen["compiled"] == [True] and seen["by_hand"] == [False], seen
+    assert seen["hand_steps"] == 0, seen
+    assert 1.5 < metrics["val/ppl"] < 40
+    torch._dynamo.reset()
 
 
 def test_mean_loss_backward_takes_the_fast_path_where_possible(monkeypatch):
