@@ -196,6 +196,7 @@ def errors(result) -> list[str]:
     (["optimizer.momentum=0.9"], "optimizer.momentum=0.9: not a key of optimizer=adam; it is a key of "
                                  "optimizer=sgd: add optimizer=sgd"),
 ])
+@pytest.mark.slow
 def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
     result = cli(tmp_path, "corpus=toy", *args)
     assert result.returncode == 2, result.stderr[-2000:]
@@ -203,6 +204,7 @@ def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
     result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "head=hierarchical", "tree=file",
                              f"tree.path={tmp_path / 'missing.json'}", "corpus=toy", "logger=none"],
@@ -213,6 +215,7 @@ def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
     assert list(tmp_path.iterdir()) == []  # not even outputs/toy/runs
 
 
+@pytest.mark.slow
 def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", "head.node_dim=4,8",
                              f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, cwd=tmp_path,
@@ -223,6 +226,7 @@ def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow
 def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
     sweep = tmp_path / "sweep"
     result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",

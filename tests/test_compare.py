@@ -146,6 +146,7 @@ def test_html_report_renders_in_headless_chromium(sweep, tmp_path):
     assert sorted(firsts[2:]) == ["5", "6"]
 
 
+@pytest.mark.slow
 def test_a_real_seed_sweep_is_one_row(tmp_path, capsys):
     """nplm-train -m ... seed=0,1, then nplm-compare: one row, n=2, the mean of the two runs' numbers."""
     import os

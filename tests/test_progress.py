@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nplm.tracking.progress import duration
 
 # No WANDB_SILENT from the environment: nplm itself must keep W&B quiet.
@@ -35,6 +37,7 @@ def test_duration_is_short_and_readable():
     assert [duration(s) for s in (0.4, 45, 252, 3600 + 120 + 59, -3)] == ["0s", "45s", "4m12s", "1h02m", "0s"]
 
 
+@pytest.mark.slow
 def test_piped_run_prints_timed_plain_lines_and_no_third_party_noise(tmp_path):
     # every step is "due": the format of each line; a training step is 4 batches (max_steps=10 ends in the third)
     out = piped_run(tmp_path, "a", "progress.interval=0.000001", "steps_per_execution=4")
@@ -49,6 +52,7 @@ def test_piped_run_prints_timed_plain_lines_and_no_third_party_noise(tmp_path):
     assert "nplm.tracking.progress" not in quiet and "epoch 0: train/ppl" in quiet  # the epoch's summary line only
 
 
+@pytest.mark.slow
 def test_verbose_shows_what_is_silenced(tmp_path):
     out = piped_run(tmp_path, "a", "verbose=true", "progress.interval=1000")
     assert "GPU available" in out and "litlogger" in out and "LeafSpec" in out and "`Trainer.fit` stopped" in out

@@ -42,6 +42,7 @@ def test_the_wide_row_is_mlp9_widened_under_the_modern_recipe(tmp_path):
     assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adamw", 1e-5, 40)
 
 
+@pytest.mark.slow
 def test_a_row_is_trained_once_and_summarised(tmp_path):
     run_dir = tmp_path / "row"
     overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
@@ -55,6 +56,7 @@ def test_a_row_is_trained_once_and_summarised(tmp_path):
     assert summary["valid"] == pytest.approx(min(r["val/ppl"] for r in record["history"]))
 
 
+@pytest.mark.slow
 def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path):
     run_dir = tmp_path / "row"
     overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]

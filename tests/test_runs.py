@@ -31,6 +31,7 @@ def history(run: Path) -> list[str]:
     return (run / "metrics.csv").read_text().splitlines() if (run / "metrics.csv").exists() else []
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:12_000])
@@ -60,6 +61,7 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r["val/ppl"] for r in b["history"]] == [r["val/ppl"] for r in a["history"]]
 
 
+@pytest.mark.slow
 def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     args = ["-m", "corpus=toy", "model.embed_dim=8,-1", "trainer.max_epochs=1", "logger=none", "threads=1",
@@ -150,6 +152,7 @@ def kill_after_epochs(proc, run: Path, n: int) -> None:
     proc.wait()
 
 
+@pytest.mark.slow
 def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:12_000])
@@ -204,6 +207,7 @@ def test_resume_names_every_changed_override(tmp_path):
     assert resolve_resume(f"{old}", fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
 
 
+@pytest.mark.slow
 def test_a_new_deadline_or_grouping_is_the_same_job(tmp_path):
     """stop_at (a driver's wall-clock budget) and steps_per_execution do not change what is trained: a
     second call with other values finds the finished run (and would resume a killed one)."""

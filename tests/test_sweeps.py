@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # every test here runs nplm-train sweeps in subprocesses
+
 ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
 FAST = ["corpus=toy", "trainer.max_epochs=1", "logger=none"]
 

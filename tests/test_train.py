@@ -48,6 +48,7 @@ def test_same_seed_same_perplexities(tmp_path):
     assert a["val/ppl_best"] == b["val/ppl_best"] and a["test/ppl"] == b["test/ppl"]
 
 
+@pytest.mark.slow
 def test_overfit_one_batch_from_log_v_to_zero(run_train, tmp_path):
     """The notebook's check: on one repeated batch the loss starts near log|V| and falls below 0.01.
     (A random text, so no context in the batch has two different next words.)"""
@@ -117,6 +118,7 @@ def test_checkpoint_loads_weights_only_and_serves_predict_generate_eval(run_trai
     assert len(module.vocab) == 42
 
 
+@pytest.mark.slow
 def test_multirun_2x2_gives_four_runs_with_wandb_offline(tmp_path):
     """`nplm-train -m model.context_size=2,4 model.embed_dim=16,32 corpus=toy`: 4 jobs, each with its
     own metrics.json and its own offline W&B run holding the perplexities."""
@@ -144,6 +146,7 @@ def test_multirun_2x2_gives_four_runs_with_wandb_offline(tmp_path):
     assert shapes == {("toy", 2, 16), ("toy", 2, 32), ("toy", 4, 16), ("toy", 4, 32)}
 
 
+@pytest.mark.slow
 def test_stop_at_ends_training_by_a_wall_clock_deadline_and_still_tests(run_train, tmp_path):
     import time
 
