@@ -1,6 +1,7 @@
 # Two commands on a fresh clone (no network needed beyond the package registry for the first install):
 #   make train   - create .venv if missing, install, train the default experiment (quickstart)
 #   make test    - create .venv if missing, install, run the test suite
+#   make test-fast - the same without the tests marked slow (under 90 s)
 #   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test wheel-check bench replicate-bengio2003 replicate-morin2005 clean
+.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +28,10 @@ train: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# Everything but the tests marked slow (full trainings, subprocess runs, sweeps, DDP): under 90 s.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The installed package must find its configs and shipped data without this checkout: build the wheel,
 # install it into a fresh venv (torch first, from the package index), then from an empty temporary folder
