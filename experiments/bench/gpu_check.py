@@ -57,7 +57,8 @@ def train_run(head: list[str], precision: str, compile_: bool, steps: int) -> di
     import torch
     from hydra import compose, initialize_config_dir
 
-    from nplm.training.train import CONF_DIR, train
+    from nplm.config import CONF_DIR
+    from nplm.training.train import train
 
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp:

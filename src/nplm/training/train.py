@@ -1,35 +1,35 @@
 """`train(cfg) -> metrics`: one training run from a composed config (tests and sweeps call it directly;
-`nplm.cli.train` is the console command around it)."""
+`nplm.cli.train` is the console command around it).
+
+    1. check every setting (`nplm.config.schema.validate`);
+    2. find the run's folder: skip a finished job, continue a killed one (`resume`), or start afresh;
+    3. set up the process (threads, seed), read the corpus, plan the steps, build the tree and the module;
+    4. fit, test the best checkpoint, write the run's record.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import time
 from pathlib import Path
 
-import hydra
-import pytorch_lightning as pl
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from nplm.training.checkpoint import check_resumable
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
-from nplm.training.execution import ExecutionPlan
-from nplm.heads import head_class
-from nplm.training.module import LanguageModel, use_tf32
-from nplm.fast.malloc import keep_freed_memory
-from nplm.tracking.progress import Progress
 from nplm.tracking.quiet import quiet
-from nplm.tracking.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
-                       resolve_resume)
 from nplm.tracking.records import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
-from nplm.trees import Tree, TreeContext, build_tree
+from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
+from nplm.training.checkpoint import check_resumable
+from nplm.training.execution import ExecutionPlan
+from nplm.training.module import LanguageModel
+from nplm.training.process import set_up_process
+from nplm.training.trainer import build_trainer
+from nplm.training.tree_phase import container, tree_of_run
 
 log = logging.getLogger(__name__)
+
 
 def _hydra_job() -> tuple[str, str | None]:
     """(W&B run name from the job's overrides, W&B group: the sweep for multiruns)."""
@@ -42,128 +42,6 @@ def _hydra_job() -> tuple[str, str | None]:
     name = hc.job.override_dirname or "defaults"
     group = Path(hc.sweep.dir).name if hc.mode == RunMode.MULTIRUN else None
     return name, group
-
-
-def _container(node) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
-
-
-class StopAt(pl.Callback):
-    """Stops training after the batch during which the wall clock passes `deadline` (Unix time). Not
-    Lightning's max_time, whose elapsed time is restored with a checkpoint: a resumed run would stop
-    at once. Holds no state, so a run stopped here goes on from its last checkpoint like any other."""
-
-    def __init__(self, deadline: float):
-        self.deadline = deadline
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
-        if time.time() >= self.deadline:
-            trainer.should_stop = True
-
-
-def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
-                  plan: ExecutionPlan) -> pl.Trainer:
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-
-    best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
-                           monitor="val/ppl", mode="min", save_top_k=1, auto_insert_metric_name=False,
-                           save_on_train_epoch_end=False)  # after validation only: none in a max_steps stop
-    # last.ckpt, what resume= continues from, after every epoch. Not best's save_last=True: Lightning 2.6
-    # writes that file only when a new best is saved, so a run killed (or continued) after epochs with
-    # no better val/ppl went back to the best epoch and trained those epochs again.
-    latest = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="last", monitor=None, save_top_k=1,
-                             enable_version_counter=False)
-    # best first: trainer.checkpoint_callback is the best checkpoint; the epoch's rows before last.ckpt
-    callbacks = [best, history, latest]
-    patience = cfg.callbacks.get("early_stopping_patience")
-    if patience:
-        callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
-    trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
-    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
-        if float(cfg.stop_at) <= time.time():
-            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
-        callbacks.append(StopAt(float(cfg.stop_at)))
-    if trainer_cfg.get("enable_progress_bar") is not False:
-        # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
-        callbacks.append(Progress(cfg.get("progress", {}).get("interval", 30)))
-        trainer_cfg["enable_progress_bar"] = True
-    try:
-        return pl.Trainer(**trainer_cfg, logger=loggers or False, callbacks=callbacks,
-                          default_root_dir=str(out_dir), enable_model_summary=False)
-    except TypeError as err:
-        raise UserError(f"bad trainer option ({err}); see pytorch_lightning.Trainer's arguments") from None
-
-
-def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | None = None) -> Tree | None:
-    """The tree the head needs (built from the training split, or read from `tree.path`), or None.
-    A tree given to a head that uses none is reported once and ignored."""
-    tree_cfg = _container(cfg.tree) if cfg.get("tree") else None
-    if not head_class(cfg.head.name).uses_tree(cfg.head):
-        if tree_cfg:
-            log.warning("tree=%s has no effect with head=%s, which uses no tree", tree_cfg["name"], cfg.head.name)
-        return None
-    if tree_cfg is None:
-        log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
-        tree_cfg = {"name": "balanced"}
-    start = time.perf_counter()
-    ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
-    tree = build_tree(tree_cfg, ctx)
-    log.info("tree=%s built in %.1f s: %s", tree.kind, time.perf_counter() - start, tree.stats(dm.vocab.counts))
-    return tree
-
-
-def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path) -> Tree:
-    """`tree=learned` (Mnih & Hinton 2009), phases 1-2 in `out_dir` (<run>/bootstrap), each resumable:
-
-    1. train a first model with `tree.bootstrap` (default random) for `tree.bootstrap_epochs` epochs
-       (null: as the run itself, trainer.max_epochs with its early stopping); a killed phase goes on
-       from bootstrap/checkpoints/last.ckpt, a finished one (bootstrap/metrics.json) is not redone;
-       `tree.bootstrap_checkpoint` (a .ckpt of a model trained on a random tree, e.g. another run's
-       best) skips this phase, so several learned trees can share one first model;
-    2. average its predicted representations per word (`trees.learned.predicted_word_vectors`) ->
-       bootstrap/word_vectors.pt, and cluster them into the tree -> bootstrap/learned_tree.json.
-
-    Each artifact is written whole (a temporary file renamed), so a kill leaves it complete or absent."""
-    from nplm.training.checkpoint import load_model
-    from nplm.trees.learned import predicted_word_vectors
-
-    tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
-    given = cfg.tree.get("bootstrap_checkpoint")  # phase 1 done elsewhere: a finished run on a random tree
-    if tree_path.exists():
-        tree = Tree.load(tree_path)
-        tree.check_vocabulary(dm.vocab.tokens)
-        log.info("tree=learned: phases 1-2 done, tree read from %s", tree_path)
-        return tree
-    if not vectors_path.exists():
-        record = read_record(out_dir)
-        if given:
-            best = given
-        elif record and record.get("status") == "finished":
-            best = record["best_checkpoint"]
-        else:
-            sub = OmegaConf.to_container(cfg, resolve=True)
-            sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
-            if cfg.tree.get("bootstrap_epochs") is not None:
-                sub["trainer"]["max_epochs"] = int(cfg.tree.bootstrap_epochs)
-            sub["paths"]["output_dir"] = str(out_dir)
-            sub["logger"] = {"csv": False, "wandb": None}
-            ckpt = out_dir / "checkpoints" / "last.ckpt"
-            log.info("tree=learned, phase 1: up to %d epochs with tree=%s in %s%s", sub["trainer"]["max_epochs"],
-                     sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
-            best = _train(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
-        first = load_model(best)
-        if first.vocab.tokens != dm.vocab.tokens:
-            raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
-                            f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
-        vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(vectors, vectors_path.with_suffix(".tmp"))
-        vectors_path.with_suffix(".tmp").replace(vectors_path)
-    vectors = torch.load(vectors_path, map_location="cpu", weights_only=True)
-    tree = tree_for_head(cfg, dm, vectors)
-    tree.save(tree_path.with_suffix(".tmp"))
-    tree_path.with_suffix(".tmp").replace(tree_path)
-    return tree
 
 
 def train(cfg: DictConfig) -> dict:
@@ -217,41 +95,19 @@ def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: b
         write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
 
 
-def _threads(cfg: DictConfig) -> int | None:
-    """`threads`, or under the parallel (joblib) launcher each job's share of the cores."""
-    if cfg.get("threads"):
-        return int(cfg.threads)
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        launcher = HydraConfig.get().launcher
-        if "joblib" in str(launcher.get("_target_", "")):
-            return max(1, (os.cpu_count() or 1) // max(1, int(launcher.get("n_jobs") or 1)))
-    return None
-
-
 def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None) -> dict:
-    threads = _threads(cfg)
-    if threads:
-        torch.set_num_threads(threads)
-    use_tf32(bool(cfg.get("tf32", True)))
-    if cfg.get("malloc_keep_freed", False):  # asked for: it changes malloc for the whole process (nplm.fast.malloc)
-        keep_freed_memory()
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-
-    dm = LMDataModule(_container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
+    """One run in `out_dir` (from checkpoint `ckpt`, or fresh): the steps, in order."""
+    set_up_process(cfg)
+    dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
     dm.require_batches(cfg.trainer)
-    plan = ExecutionPlan.build(_container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
+    plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
     dm.group_training(plan.batches_per_step, plan.train_batches)
-    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
-        tree = learned_tree(cfg, dm, out_dir / "bootstrap")
-    else:
-        tree = tree_for_head(cfg, dm)
-    module = LanguageModel(_container(cfg.model), _container(cfg.head), _container(cfg.optimizer),
-                           dm.vocab.to_dict(), data={"corpus": _container(cfg.corpus), **_container(cfg.data)},
+    tree = tree_of_run(cfg, dm, out_dir, train_first=_train)
+    module = LanguageModel(container(cfg.model), container(cfg.head), container(cfg.optimizer),
+                           dm.vocab.to_dict(), data={"corpus": container(cfg.corpus), **container(cfg.data)},
                            tree=tree.to_dict() if tree is not None else None)
     module.step_options = plan.step_options
     module.train_batches = plan.train_batches

@@ -1,0 +1,61 @@
+"""The pytorch_lightning.Trainer of a run: checkpoints (best and last), early stopping, a wall-clock
+deadline, progress lines."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+from omegaconf import DictConfig
+
+from nplm.errors import UserError
+from nplm.tracking.progress import Progress
+from nplm.tracking.records import EpochHistory
+from nplm.training.execution import ExecutionPlan
+
+
+class StopAt(pl.Callback):
+    """Stops training after the batch during which the wall clock passes `deadline` (Unix time). Not
+    Lightning's max_time, whose elapsed time is restored with a checkpoint: a resumed run would stop
+    at once. Holds no state, so a run stopped here goes on from its last checkpoint like any other."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+        if time.time() >= self.deadline:
+            trainer.should_stop = True
+
+
+def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
+                  plan: ExecutionPlan) -> pl.Trainer:
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+    best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
+                           monitor="val/ppl", mode="min", save_top_k=1, auto_insert_metric_name=False,
+                           save_on_train_epoch_end=False)  # after validation only: none in a max_steps stop
+    # last.ckpt, what resume= continues from, after every epoch. Not best's save_last=True: Lightning 2.6
+    # writes that file only when a new best is saved, so a run killed (or continued) after epochs with
+    # no better val/ppl went back to the best epoch and trained those epochs again.
+    latest = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="last", monitor=None, save_top_k=1,
+                             enable_version_counter=False)
+    # best first: trainer.checkpoint_callback is the best checkpoint; the epoch's rows before last.ckpt
+    callbacks = [best, history, latest]
+    patience = cfg.callbacks.get("early_stopping_patience")
+    if patience:
+        callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
+    trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
+    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
+        if float(cfg.stop_at) <= time.time():
+            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
+        callbacks.append(StopAt(float(cfg.stop_at)))
+    if trainer_cfg.get("enable_progress_bar") is not False:
+        # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
+        callbacks.append(Progress(cfg.get("progress", {}).get("interval", 30)))
+        trainer_cfg["enable_progress_bar"] = True
+    try:
+        return pl.Trainer(**trainer_cfg, logger=loggers or False, callbacks=callbacks,
+                          default_root_dir=str(out_dir), enable_model_summary=False)
+    except TypeError as err:
+        raise UserError(f"bad trainer option ({err}); see pytorch_lightning.Trainer's arguments") from None

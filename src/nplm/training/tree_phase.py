@@ -1,0 +1,106 @@
+"""The tree a run's head needs: built from the training split, and for `tree=learned` (Mnih & Hinton
+2009) after a first model whose predicted word representations it clusters."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from nplm.data.datamodule import LMDataModule
+from nplm.errors import UserError
+from nplm.heads import head_class
+from nplm.tracking.runs import read_record
+from nplm.training.checkpoint import load_model
+from nplm.trees import Tree, TreeContext, build_tree
+
+log = logging.getLogger(__name__)
+
+
+def container(node) -> dict:
+    """A config node as a plain dict, interpolations resolved."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+
+
+def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | None = None) -> Tree | None:
+    """The tree the head needs (built from the training split, or read from `tree.path`), or None.
+    A tree given to a head that uses none is reported once and ignored."""
+    tree_cfg = container(cfg.tree) if cfg.get("tree") else None
+    if not head_class(cfg.head.name).uses_tree(cfg.head):
+        if tree_cfg:
+            log.warning("tree=%s has no effect with head=%s, which uses no tree", tree_cfg["name"], cfg.head.name)
+        return None
+    if tree_cfg is None:
+        log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
+        tree_cfg = {"name": "balanced"}
+    start = time.perf_counter()
+    ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
+    tree = build_tree(tree_cfg, ctx)
+    log.info("tree=%s built in %.1f s: %s", tree.kind, time.perf_counter() - start, tree.stats(dm.vocab.counts))
+    return tree
+
+
+def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: Callable) -> Tree:
+    """`tree=learned` (Mnih & Hinton 2009), phases 1-2 in `out_dir` (<run>/bootstrap), each resumable:
+
+    1. train a first model with `tree.bootstrap` (default random) for `tree.bootstrap_epochs` epochs
+       (null: as the run itself, trainer.max_epochs with its early stopping); a killed phase goes on
+       from bootstrap/checkpoints/last.ckpt, a finished one (bootstrap/metrics.json) is not redone;
+       `tree.bootstrap_checkpoint` (a .ckpt of a model trained on a random tree, e.g. another run's
+       best) skips this phase, so several learned trees can share one first model;
+    2. average its predicted representations per word (`trees.learned.predicted_word_vectors`) ->
+       bootstrap/word_vectors.pt, and cluster them into the tree -> bootstrap/learned_tree.json.
+
+    Each artifact is written whole (a temporary file renamed), so a kill leaves it complete or absent.
+    `train_first(cfg, out_dir, checkpoint or None) -> metrics` trains phase 1 (`nplm.training.train`'s
+    run of one config)."""
+    from nplm.trees.learned import predicted_word_vectors
+
+    tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
+    given = cfg.tree.get("bootstrap_checkpoint")  # phase 1 done elsewhere: a finished run on a random tree
+    if tree_path.exists():
+        tree = Tree.load(tree_path)
+        tree.check_vocabulary(dm.vocab.tokens)
+        log.info("tree=learned: phases 1-2 done, tree read from %s", tree_path)
+        return tree
+    if not vectors_path.exists():
+        record = read_record(out_dir)
+        if given:
+            best = given
+        elif record and record.get("status") == "finished":
+            best = record["best_checkpoint"]
+        else:
+            sub = OmegaConf.to_container(cfg, resolve=True)
+            sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
+            if cfg.tree.get("bootstrap_epochs") is not None:
+                sub["trainer"]["max_epochs"] = int(cfg.tree.bootstrap_epochs)
+            sub["paths"]["output_dir"] = str(out_dir)
+            sub["logger"] = {"csv": False, "wandb": None}
+            ckpt = out_dir / "checkpoints" / "last.ckpt"
+            log.info("tree=learned, phase 1: up to %d epochs with tree=%s in %s%s", sub["trainer"]["max_epochs"],
+                     sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
+            best = train_first(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
+        first = load_model(best)
+        if first.vocab.tokens != dm.vocab.tokens:
+            raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
+                            f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
+        vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(vectors, vectors_path.with_suffix(".tmp"))
+        vectors_path.with_suffix(".tmp").replace(vectors_path)
+    vectors = torch.load(vectors_path, map_location="cpu", weights_only=True)
+    tree = tree_for_head(cfg, dm, vectors)
+    tree.save(tree_path.with_suffix(".tmp"))
+    tree_path.with_suffix(".tmp").replace(tree_path)
+    return tree
+
+
+def tree_of_run(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: Callable) -> Tree | None:
+    """The run's tree: learned (phases in <run>/bootstrap), built, or none."""
+    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
+        return learned_tree(cfg, dm, out_dir / "bootstrap", train_first)
+    return tree_for_head(cfg, dm)
