@@ -55,7 +55,7 @@ RECIPES = ("paper", "modern", "converged")
 # step size with the best validation perplexity.
 DEFAULT_LRS = "0.128"
 BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
-CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (set in paper.yaml)
+CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (corpus=brown_bengio2003, picked by paper.yaml)
 
 
 def count_ngrams(keys: list[str], rerun: bool) -> None:
