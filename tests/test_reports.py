@@ -1,0 +1,44 @@
+"""Every experiment README that a driver writes is what `--report-only` writes from the committed result
+files: no table depends on the git-ignored outputs/ or on a figure typed into the README."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def driver(name: str):
+    spec = importlib.util.spec_from_file_location(f"driver_{name}", EXPERIMENTS / name / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def report(name: str) -> str:
+    """The README `python experiments/<name>/run.py --report-only` would write."""
+    run = driver(name)
+    intro = (EXPERIMENTS / name / "INTRO.md").read_text()
+    if name == "bengio2003":
+        return intro + "\n" + run.tables()
+    if name == "morin2005":
+        head, notes = intro.split("<!-- tables -->\n")
+        return head + "\n" + run.tables() + "\n" + notes
+    return intro + "\n" + run.table()
+
+
+@pytest.mark.parametrize("name", ["bengio2003", "morin2005", "heads_trees"])
+def test_the_readme_is_written_from_the_committed_results_only(name):
+    assert report(name) == (EXPERIMENTS / name / "README.md").read_text(), (
+        f"experiments/{name}/README.md differs from its results/: python experiments/{name}/run.py --report-only")
+
+
+def test_heads_trees_rows_come_from_result_files(tmp_path, monkeypatch):
+    run = driver("heads_trees")
+    monkeypatch.setattr(run, "RESULTS", tmp_path)  # no result files: no rows, whatever outputs/ holds
+    assert run.table().count("\n| ") == 0  # the header alone
+    (tmp_path / "adaptive.json").write_text((EXPERIMENTS / "heads_trees" / "results" / "adaptive.json").read_text())
+    assert "| adaptive | 401.3 | 377.6 | 2 | 38 |  |" in run.table()
