@@ -22,10 +22,6 @@ from typing import Callable
 from nplm.errors import EXIT_USER_ERROR, UserError
 
 
-# Unknown prompt words (nplm-generate, nplm-predict): <unk>, or Bengio et al.'s expected vector.
-OOV_MODES = ("unk", "bengio")
-
-
 class Parser(argparse.ArgumentParser):
     """`argparse.ArgumentParser` whose errors are one line, `nplm: error: <flag>=<value>: <what>`."""
 

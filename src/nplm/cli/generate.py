@@ -9,12 +9,13 @@ import logging
 
 from nplm.cli import args as arg
 from nplm.errors import report_user_errors
+from nplm.inference import OOV_MODES
 
 LENGTH = arg.integer(1)
 TEMPERATURE = arg.real(0, meaning="(0 = always the most likely token)")
 TOP_K = arg.integer(0, meaning="(0 = sample among all tokens)")
 SEED = arg.integer(0, 2**63 - 1)
-OOV = arg.choice(*arg.OOV_MODES)
+OOV = arg.choice(*OOV_MODES)
 
 
 def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: float = 1.0,

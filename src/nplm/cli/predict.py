@@ -9,6 +9,7 @@ import logging
 
 from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
+from nplm.inference import OOV_MODES
 
 
 def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") -> list[tuple[str, float]]:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("checkpoint", type=arg.checkpoint_file, help="a .ckpt file written by nplm-train")
     parser.add_argument("context", help="the preceding text (words, or characters for a character model)")
     parser.add_argument("--top-k", type=arg.integer(1), default=10, help="how many candidates to print (default 10)")
-    parser.add_argument("--oov", type=arg.choice(*arg.OOV_MODES), default="unk",
+    parser.add_argument("--oov", type=arg.choice(*OOV_MODES), default="unk",
                         help="unknown context words: unk (<unk>), or bengio (Bengio et al.'s expected vector)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="nplm: %(levelname)s: %(message)s")

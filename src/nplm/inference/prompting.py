@@ -11,10 +11,10 @@ import logging
 
 import torch
 
-from nplm.cli.args import OOV_MODES
 from nplm.data.tokenizers import TOKENIZERS
 from nplm.data.vocabulary import EOS
 from nplm.errors import UserError
+from nplm.inference import OOV_MODES
 from nplm.training.module import LanguageModel
 
 log = logging.getLogger("nplm")
