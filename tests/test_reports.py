@@ -42,3 +42,20 @@ def test_heads_trees_rows_come_from_result_files(tmp_path, monkeypatch):
     assert run.table().count("\n| ") == 0  # the header alone
     (tmp_path / "adaptive.json").write_text((EXPERIMENTS / "heads_trees" / "results" / "adaptive.json").read_text())
     assert "| adaptive | 401.3 | 377.6 | 2 | 38 |  |" in run.table()
+
+
+@pytest.mark.slow
+def test_heads_trees_writes_a_finished_variant_to_its_result_file(tmp_path, monkeypatch):
+    run = driver("heads_trees")
+    toy = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16", "data.batch_size=32",
+           "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
+    monkeypatch.setattr(run, "COMMON", toy)
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(run, "OUT", tmp_path / "runs")
+    run.train_variant("hierarchical-huffman", epochs=1, threads=1, rerun=False)
+    result = run.load_result(tmp_path / "results", "hierarchical-huffman")
+    assert result["epochs"] == 1 and result["tree"]["kind"] == "huffman" and result["git_commit"]
+    assert result["command"].startswith("nplm-train corpus=toy") and "tree=huffman" in result["command"]
+    assert f"| hierarchical-huffman | {result['valid']:.1f} | {result['test']:.1f} | 1 |" in run.table()
+    run.train_variant("hierarchical-huffman", epochs=1, threads=1, rerun=False)  # done: skipped
+    assert run.load_result(tmp_path / "results", "hierarchical-huffman") == result
