@@ -7,6 +7,9 @@ malloc (`mallopt`, man 3 mallopt) to take such buffers from its heap and keep fr
 PyTorch's CUDA allocator does on a GPU and as jemalloc/tcmalloc preloads do on a CPU (its effect on
 MLP1's step: the ablation of experiments/bench/bench.py). The process keeps its peak heap until it exits.
 Only where the C library is glibc (Linux); elsewhere nothing changes.
+
+A setting of the whole process, which nplm cannot undo: nplm-train makes it only when asked
+(`malloc_keep_freed=true`), and so do the benchmarks that measure it.
 """
 
 from __future__ import annotations
