@@ -22,7 +22,7 @@ from nplm.errors import UserError
 from conftest import compose_cfg
 
 # group -> the option to compose for each of its schema options
-PICK = {"corpus": "corpus", "head": "head", "tree": "tree", "optimizer": "optimizer"}
+PICK = {"corpus": "corpus", "model": "model", "head": "head", "tree": "tree", "optimizer": "optimizer"}
 
 
 _COMPOSED: dict = {}
@@ -64,7 +64,7 @@ def test_every_shipped_config_and_option_passes(tmp_path):
     assert len(experiments) >= 10
     for overrides in ([f"experiment={e}"] for e in experiments):
         validate(compose_cfg(tmp_path, *overrides))
-    for group in ("corpus", "head", "tree", "optimizer", "trainer", "logger", "debug"):
+    for group in ("corpus", "model", "head", "tree", "optimizer", "trainer", "logger", "debug"):
         for option in options(group):
             extra = ["tree.path=t.json"] if option == "file" else ["corpus.train=a", "corpus.valid=b"] \
                 if option == "text_files" else []

@@ -20,6 +20,14 @@ and under autocast (torch's module mixes dtypes there)
 `nll` evaluates every cluster for every example and keeps each row's own (the same sums, static
 shapes, no host sync). `log_probs` is the exact full distribution.
 
+Tied (`model.tie_embeddings=true`, the modern NPLM of Sun & Iyyer 2021): every word's output vector
+is the model's input word vector E[w] [F] (`tie_output_embeddings`), so the shortlist rows of H are
+E[w] and tail cluster i scores its words as E[w] . f + b_w, with no projection (P_i = I, T_i = the
+cluster's rows of E; `div_value` is not used): the same two-level softmax, P(w | ctx) = softmax(H f)[...]
+* softmax(E_i f + b_i)[...]. This is fairseq's tied adaptive softmax (tie_adaptive_weights and
+tie_adaptive_proj) for a model whose input table is one [V, F] matrix rather than per-cluster
+narrower ones: a tail target costs O(|cluster i| F). The n cluster rows of H stay the head's own.
+
 `cutoffs: null` chooses [round(V/20), round(V/4)] (kept strictly increasing within [1, V-1]): the head
 holds the 5% most frequent words (most of the mass in a Zipfian vocabulary), the first cluster the next
 20%, the second the rest; V = 2 gets [1]. Works for any V >= 2.
@@ -35,8 +43,27 @@ from torch import nn
 from nplm.errors import UserError
 from nplm.config.rules import Float, IntList
 from nplm.heads import register_head
-from nplm.heads.base import Head, wide, require_counts
+from nplm.heads.base import Head, tie_checked, wide, require_counts
 
+
+
+class TiedRows(nn.Module):
+    """A linear layer whose weight is rows `ids` of another module's table [V, F] (then rows of its own
+    `extra`, if any) with its own bias: x [B, F] -> [B, len(ids) + len(extra)]. `table` is the model's
+    parameter, shared (registered here too, as nn.Linear's weight is after `weight = table`)."""
+
+    def __init__(self, table: nn.Parameter, ids: torch.Tensor, extra: nn.Parameter | None, bias: nn.Parameter):
+        super().__init__()
+        self.table, self.extra, self.bias = table, extra, bias
+        self.register_buffer("ids", ids, persistent=False)  # [n] word ids, in the rows' order
+
+    @property
+    def weight(self) -> torch.Tensor:
+        rows = self.table.index_select(0, self.ids)  # [n, F]
+        return rows if self.extra is None else torch.cat([rows, self.extra])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight, self.bias)
 
 
 def auto_cutoffs(vocab_size: int) -> list[int]:
@@ -84,6 +111,21 @@ class AdaptiveHead(Head):
         for _, words in self.adaptive.tail:  # (P_i, T_i): give T_i a bias, one per word of the cluster
             words.bias = nn.Parameter(torch.zeros(words.out_features))
         self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
+
+    can_tie = True  # every word has an output vector: a row of H (shortlist) or of its cluster's T_i
+
+    def tie_output_embeddings(self, weight: nn.Parameter) -> None:
+        """The shortlist's rows of H and every tail's word vectors become rows of the model's `weight`
+        [V, F] (module docstring: tied); the tails lose their projections."""
+        a = self.adaptive
+        tie_checked(weight, torch.empty(a.n_classes, a.in_features, device="meta"))
+        order = torch.empty_like(self.rank)
+        order[self.rank] = torch.arange(len(self.rank), device=self.rank.device)  # [V] rank -> word id
+        c = a.cutoffs  # [c_1, ..., c_n, V]
+        cluster_rows = nn.Parameter(a.head.weight.detach()[c[0]:].clone())  # [n, F] the clusters' own rows of H
+        a.head = TiedRows(weight, order[:c[0]], cluster_rows, a.head.bias)
+        for i in range(len(a.tail)):
+            a.tail[i] = nn.Sequential(nn.Identity(), TiedRows(weight, order[c[i]:c[i + 1]], None, a.tail[i][1].bias))
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if features.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):

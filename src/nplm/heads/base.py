@@ -24,6 +24,14 @@ def require_tree(head: str, tree, vocab_size: int) -> None:
                         "rebuild the tree from this corpus")
 
 
+def tie_checked(weight: nn.Parameter, own: torch.Tensor) -> nn.Parameter:
+    """`weight`, the model's output word vectors, when it has the shape [V, F] of the head's own `own`."""
+    if tuple(weight.shape) != tuple(own.shape):
+        raise UserError(f"model.tie_embeddings=true: the model's output word vectors are {tuple(weight.shape)} but "
+                        f"the head needs {tuple(own.shape)} (|V| x the feature size)")
+    return weight
+
+
 def wide(x: torch.Tensor) -> torch.Tensor:
     """`x` in float32 when it is narrower (bf16/fp16 scores under autocast), else as it is: log-softmax
     and the NLL sums of every head run in float32 or wider."""
@@ -45,6 +53,9 @@ class Head(nn.Module):
     """
 
     exact_training_loss = True
+    # Whether the head has one output vector per word that it can take from the model
+    # (`tie_output_embeddings`; model.tie_embeddings=true)
+    can_tie = False
 
     @classmethod
     def uses_tree(cls, options) -> bool:
@@ -58,6 +69,12 @@ class Head(nn.Module):
 
     def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.nll(features, target)
+
+    def tie_output_embeddings(self, weight: nn.Parameter) -> None:
+        """Use the model's output word vectors `weight` [V, F] (`Model.output_embeddings`, a parameter of
+        the model) as this head's: row w scores word w, so input and output word vectors are one
+        table (Mnih & Hinton 2007's LBL, Press & Wolf 2017). Heads with `can_tie = True` implement it."""
+        raise NotImplementedError
 
     def can_backprop_by_hand(self) -> bool:
         """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.fast.backprop)."""

@@ -34,7 +34,7 @@ from torch import nn
 from nplm.errors import UserError
 from nplm.config.rules import Float, Int
 from nplm.heads import register_head
-from nplm.heads.base import Head, wide, require_counts
+from nplm.heads.base import Head, tie_checked, wide, require_counts
 from nplm.heads.softmax import SoftmaxNLL
 
 
@@ -44,6 +44,7 @@ from nplm.heads.softmax import SoftmaxNLL
     "proposal_power": Float(ge=0, doc="proposal q(w) ~ count(w)^power: 1 unigram, 0 uniform")})
 class ImportanceSamplingHead(Head):
     exact_training_loss = False
+    can_tie = True  # the rows of self.out.weight: one output vector per word
 
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_samples: int = 100,
                  proposal_power: float = 1.0):
@@ -54,6 +55,9 @@ class ImportanceSamplingHead(Head):
         self.register_buffer("proposal", q.float())  # [V] Q(w)
         self.register_buffer("proposal_cdf", torch.cumsum(q, 0), persistent=False)  # [V] float64
         self.out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V]: the same layout as the softmax head
+
+    def tie_output_embeddings(self, weight: nn.Parameter) -> None:
+        self.out.weight = tie_checked(weight, self.out.weight)  # [V, F], the model's parameter
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.out(features)  # [B, V]

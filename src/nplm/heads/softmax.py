@@ -18,7 +18,7 @@ from torch import nn
 
 from nplm.fast.backprop import accumulate_grad
 from nplm.heads import register_head
-from nplm.heads.base import Head, wide
+from nplm.heads.base import Head, tie_checked, wide
 from nplm.fast.cpu_gemm import is_cpu_float32, linear, weight_grad
 
 
@@ -73,10 +73,14 @@ class LinearSoftmaxNLL(torch.autograd.Function):
 @register_head("softmax")
 class SoftmaxHead(Head):
     """The full softmax of Bengio et al. (2003), eq. (1): y = b + [W | U] f, P = softmax(y)."""
+    can_tie = True  # the rows of self.out.weight: one output vector per word
 
     def __init__(self, feature_dim: int, vocab_size: int):
         super().__init__()
         self.out = nn.Linear(feature_dim, vocab_size)  # weight [V, F] = [W | U], bias b [V]
+
+    def tie_output_embeddings(self, weight: nn.Parameter) -> None:
+        self.out.weight = tie_checked(weight, self.out.weight)  # [V, F], the model's parameter
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or torch.is_autocast_enabled(features.device.type):

@@ -38,11 +38,23 @@ class Model(nn.Module):
         """The table of input word vectors `[V, m]` (row i: word id i)."""
         raise NotImplementedError
 
-    def output_embeddings(self) -> torch.Tensor | None:
-        """Output word vectors `[V, F]` a head may tie its weights to; None where the model has none."""
+    def output_embeddings(self) -> nn.Parameter | None:
+        """Output word vectors `[V, F]` (a parameter of the model) that the head takes as its own
+        (`nplm.heads.build_head(..., tie_to=...)`: input and output word vectors tied); None where
+        the model has none or does not tie them (its `tie_embeddings` key)."""
         return None
 
     def can_backprop_by_hand(self) -> bool:
         """Whether the model has `forward_saving` / `backprop` for its device and dtype
         (`nplm.fast.backprop`); a model without them trains through autograd."""
         return False
+
+
+def lookup(table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    """table(ids): ids `[B, k]` -> `[B, k, m]`. On a CPU with a dense gradient, `index_select`, whose
+    backward (`index_add_` into zeros) is 2-3x faster there than nn.Embedding's (the NPLM's `embed`);
+    elsewhere nn.Embedding (a row-sparse gradient; CUDA's deterministic backward)."""
+    if table.sparse or ids.device.type != "cpu":
+        return table(ids)
+    return table.weight.index_select(0, ids.reshape(-1)).view(*ids.shape, -1)
+

@@ -78,7 +78,9 @@ class LanguageModel(pl.LightningModule):
         self.vocab = Vocabulary.from_dict(vocab)
         self.tree = Tree.from_dict(tree) if tree is not None else None
         self.model = build_model(model, len(self.vocab))
-        self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree)
+        # the head's output word vectors are the model's own where it defines them (model.tie_embeddings)
+        self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree,
+                               tie_to=self.model.output_embeddings())
         # Heads that train on a sampled objective report its perplexity under another name.
         self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
         self.val_ppl, self.test_ppl = Perplexity(), Perplexity()

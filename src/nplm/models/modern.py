@@ -1,0 +1,145 @@
+"""The modern NPLM of Sun & Iyyer (2021), "Revisiting Simple Neural Probabilistic Language Models"
+(NAACL; public code SimengSun/revisit-nplm), as a feature extractor.
+
+Bengio et al.'s (2003) concatenation of a window of word vectors, scaled up with what came since:
+residual feed-forward blocks with layer normalisation and dropout, a summary of the distant context,
+and (with head=adaptive) a tied adaptive softmax. With the context's k word vectors e_1..e_k
+(oldest first, e = sqrt(d) E[w], E the [V, d] table), split into the distant part e_1..e_{k-w} and
+the local window of the last w words:
+
+    s_j = sum_{p=1}^{k-w} A_{jp} e_p,   j = 1..g                  # [B, g, d] distant context summaries
+    x   = [e_{k-w+1}; ...; e_k; s_1; ...; s_g]                    # [B, (w + g) d] the concatenation
+    h_1 = LN(sum(x's w + g vectors) + Dropout(FF_1(x)))           # [B, d] first block
+    h_l = LN(h_{l-1} + Dropout(FF_l(h_{l-1}))) + sum_j s_j,   l = 2..L
+    FF(x) = W_2 ReLU(W_1 x + b_1) + b_2                           # hidden width `hidden_dim`
+
+and the features are h_L [B, d]. A [g, k-w] (`summaries` = g rows) are learned weighted averages of
+the distant vectors, each starting as the plain mean (the paper's "kernel" aggregation, its
+num_global_agg = g); the first block's residual is the sum of the concatenated vectors and every
+later block adds the summaries' sum back, as in the public code. Dropout is also applied to the
+input vectors. `residual=false` drops the residual sums, `layer_norm=false` the LN (ablations of the
+paper's section 3); `summaries=0` with `context_size=window` is a deep NPLM over the window alone.
+
+`context_size` is the whole context k (the model reads k previous tokens), `window` its local part w.
+`tie_embeddings=true`: the head's output word vectors are E itself (the paper's tied adaptive
+softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce).
+The paper's WikiText-103 model: d = 410, 16 blocks, hidden 2100 (the first block's 1500), w = 15,
+k = 511, g = 5, dropout 0.2, tied adaptive softmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import nn
+
+from nplm.config.registry import option
+from nplm.config.rules import Bool, Check, Float, Int
+from nplm.models import Model, register_model
+from nplm.models.base import lookup
+
+
+@dataclass
+class ModernConfig:
+    """Hyperparameters of the modern NPLM (config group `model`, option `modern`); each field is a config key."""
+
+    context_size: int = option(32, Int(1), "k, the previous tokens read: the distant part and the local window")
+    window: int = option(8, Int(1), "w, the last tokens whose vectors are concatenated (<= context_size)")
+    summaries: int = option(2, Int(0), "g, learned weighted averages of the k - w distant vectors (the paper: 5)")
+    embed_dim: int = option(128, Int(1), "d, the word vectors, every block's width and the features")
+    hidden_dim: int = option(512, Int(1), "the inner width of each block's feed-forward network")
+    num_layers: int = option(4, Int(1), "L, the feed-forward blocks (the first reads the concatenation)")
+    dropout: float = option(0.2, Float(ge=0, lt=1), "dropout on the input vectors and each block's output")
+    residual: bool = option(True, Bool(), "residual sums around every block")
+    layer_norm: bool = option(True, Bool(), "layer normalisation after every block")
+    tie_embeddings: bool = option(True, Bool(), "the head's output word vectors are the input table E")
+
+
+DEFAULTS = {f.name: f.default for f in fields(ModernConfig)}
+
+
+def _get(m: dict, key: str):
+    return m.get(key, DEFAULTS[key])
+
+
+def _window_fits(m: dict) -> str | None:
+    if _get(m, "window") > _get(m, "context_size"):
+        return f"an integer <= model.context_size={_get(m, 'context_size')} (the window is the context's last tokens)"
+    return None
+
+
+def _summaries_match(m: dict) -> str | None:
+    distant = _get(m, "context_size") - _get(m, "window")
+    if distant > 0 and _get(m, "summaries") == 0:
+        return (f"an integer >= 1 when model.context_size > model.window (the {distant} tokens before the window "
+                "are read only through the summaries); or set model.context_size equal to model.window")
+    if distant == 0 and _get(m, "summaries") > 0:
+        return "0 when model.context_size equals model.window (there is no distant context to summarise)"
+    return None
+
+
+class Block(nn.Module):
+    """LN(residual + Dropout(W_2 ReLU(W_1 x + b_1) + b_2)): x [B, d_in] -> [B, d]."""
+
+    def __init__(self, d_in: int, hidden: int, d: int, dropout: float, layer_norm: bool):
+        super().__init__()
+        self.ff = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d))
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d) if layer_norm else nn.Identity()
+        for layer in (self.ff[0], self.ff[2]):  # the public code's initialisation
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        out = self.dropout(self.ff(x))  # [B, d]
+        return self.norm(out if residual is None else residual + out)
+
+
+@register_model("modern", keys=ModernConfig,
+                checks=(Check("window", _window_fits), Check("summaries", _summaries_match)))
+class ModernNPLM(Model):
+    """Sun & Iyyer (2021): context ids `[B, k]` -> features h_L `[B, d]` (module docstring)."""
+
+    config_class = ModernConfig
+
+    def __init__(self, vocab_size: int, cfg: ModernConfig):
+        super().__init__()
+        self.cfg = cfg
+        k, w, g, d = cfg.context_size, cfg.window, cfg.summaries, cfg.embed_dim
+        self.context_size, self.feature_dim = k, d
+        self.E = nn.Embedding(vocab_size, d)  # [V, d]
+        nn.init.normal_(self.E.weight, std=0.01)  # the public code's emb_std, times sqrt(d) on the way in
+        self.scale = d ** 0.5
+        self.A = nn.Parameter(torch.full((g, k - w), 1.0 / max(k - w, 1))) if g else None  # [g, k - w]
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            [Block((w + g) * d, cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm)]
+            + [Block(d, cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm) for _ in range(cfg.num_layers - 1)])
+
+    def embed(self, context: torch.Tensor) -> torch.Tensor:
+        """E[w] for the context ids: `[B, k]` -> `[B, k, d]`."""
+        return lookup(self.E, context)
+
+    def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
+        """h_L `[B, d]` from the context's word vectors `[B, k, d]` (oldest first)."""
+        k, w, residual = self.context_size, self.cfg.window, self.cfg.residual
+        e = self.dropout(emb * self.scale)  # [B, k, d]
+        x = e[:, k - w:]  # [B, w, d] the local window
+        memory = None
+        if self.A is not None:
+            s = self.A @ e[:, : k - w]  # [g, k - w] @ [B, k - w, d] -> [B, g, d] the distant summaries
+            x = torch.cat([x, s], dim=1)  # [B, w + g, d]
+            memory = s.sum(1)  # [B, d]
+        h = self.blocks[0](x.flatten(1), x.sum(1) if residual else None)  # [B, d]
+        for block in self.blocks[1:]:
+            h = block(h, h if residual else None)  # [B, d]
+            if memory is not None:
+                h = h + memory
+        return h
+
+    def input_embeddings(self) -> torch.Tensor:
+        return self.E.weight  # [V, d]
+
+    def output_embeddings(self) -> nn.Parameter | None:
+        return self.E.weight if self.cfg.tie_embeddings else None  # [V, d] = [V, F]
