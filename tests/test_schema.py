@@ -133,3 +133,24 @@ def test_an_empty_nltk_data_variable_means_none(tmp_path, monkeypatch):
     cfg = compose_cfg(tmp_path, "corpus=brown")
     assert cfg.corpus.nltk_data == ""
     validate(cfg)
+
+
+def test_every_registered_key_says_what_it_does():
+    """`nplm-train --help GROUP=OPTION` shows each key's help: every option registers it."""
+    missing = [f"{group}={option}: {key}" for group in ("corpus", "model", "head", "tree", "optimizer")
+               for option in GROUPS[group].options for key, rule in GROUPS[group].keys_of(option).items()
+               if key != "name" and not rule.doc]
+    assert missing == []
+
+
+def test_help_for_an_option_lists_its_registered_keys(capsys):
+    from nplm.cli.train import command_line
+
+    with pytest.raises(SystemExit) as done:
+        command_line(["--help", "head=hierarchical"])
+    page = capsys.readouterr().out
+    assert done.value.code == 0 and page.startswith("head=hierarchical: Hierarchical softmax")
+    assert "  node_dim               size of a node's feature vector N (morin_bengio) [an integer >= 1]" in page
+    with pytest.raises(SystemExit) as done:
+        command_line(["--help", "head=nope"])
+    assert done.value.code == 2 and capsys.readouterr().err.startswith("nplm: error: head=nope: no such option; valid:")

@@ -32,7 +32,8 @@ examples:
   nplm-train -m +sweep=seeds experiment=brown_mlp1              a preset sweep (conf/sweep/)
   nplm-train experiment=brown_mlp1 resume=true                  resume the last unfinished run
   nplm-compare outputs/brown_mlp1 --markdown table.md           compare the runs and sweeps
-  nplm-train experiment=quickstart --cfg job                    print the composed config, run nothing"""
+  nplm-train experiment=quickstart --cfg job                    print the composed config, run nothing
+  nplm-train --help head=hierarchical                            an option's keys, their types and help"""
 
 
 def options(group: str, conf_dir: Path = CONF_DIR) -> dict[str, str]:
@@ -162,13 +163,31 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     validate(cfg)
 
 
+def option_help(group: str, option: str) -> str:
+    """`nplm-train --help GROUP=OPTION`: the option's keys as it registered them, with their rules and
+    what each does."""
+    schema = groups()[group]
+    if option not in schema.options:
+        raise UserError(f"{group}={option}: no such option; valid: {', '.join(schema.options)}")
+    lines = [f"{group}={option}: {options(group).get(option, '')}", "", f"keys ({group}.<key>=<value>):"]
+    for key, rule in schema.keys_of(option).items():
+        if key != "name":
+            lines.append(f"  {key:22s} {rule.doc + ' ' if rule.doc else ''}[{rule.describe()}]")
+    return "\n".join(lines)
+
+
 def command_line(argv: list[str]) -> None:
-    """`--help`: print the page and exit 0; an impossible override: one line on stderr, exit 2."""
+    """`--help` (with `group=option`: that option's keys): print the page and exit 0; an impossible
+    override: one line on stderr, exit 2."""
     if any(a in HELP_FLAGS for a in argv):
+        chosen = [a.split("=", 1) for a in argv if re.fullmatch(r"\w+=[\w/]+", a) and a.split("=")[0] in TOP_GROUPS]
         try:
-            print(help_text(), flush=True)
+            print("\n\n".join(option_help(g, o) for g, o in chosen) if chosen else help_text(), flush=True)
         except BrokenPipeError:  # `nplm-train --help | head`: the reader left, nothing is wrong
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except UserError as err:
+            print(f"nplm: error: {err}", file=sys.stderr)
+            sys.exit(EXIT_USER_ERROR)
         sys.exit(0)
     try:
         check_overrides(argv)
