@@ -16,11 +16,13 @@ endif
 
 install: $(VENV)/.installed
 
-# torch first, pinned to the CPU wheel: an unpinned resolve pulls several GB of CUDA packages.
-$(VENV)/.installed: pyproject.toml
+# pyproject.toml states ranges; constraints.txt the exact versions tested here. torch first, so that its
+# CPU wheel (2.13.0+cpu) is taken: a resolve without it pulls several GB of CUDA packages.
+CONSTRAINTS := -c $(abspath constraints.txt)
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[test,sweep]"
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) torch
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e ".[test,sweep]"
 	touch $@
 
 train: install
@@ -34,7 +36,7 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The installed package must find its configs and shipped data without this checkout: build the wheel,
-# install it into a fresh venv (torch first, from the package index), then from an empty temporary folder
+# install it into a fresh venv (torch first, versions from constraints.txt), then from an empty temporary folder
 # ask for the help page, make a bad setting fail with exit 2, and train a few batches of quickstart.
 WHEEL_DIR := build/wheel-check
 wheel-check: install
@@ -43,8 +45,8 @@ wheel-check: install
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
 	# The wheel's dependencies from the package index; with no index reachable (offline CI), the wheel alone,
 	# its dependencies taken from $(VENV) through a .pth (the wheel's own nplm still comes first on sys.path).
-	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 torch==2.13.0 \
-	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(WHEEL_DIR)/dist/nplm-*.whl \
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) torch \
+	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(WHEEL_DIR)/dist/nplm-*.whl \
 	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm-*.whl \
 	       && $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
 	          > $$($(WHEEL_DIR)/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/deps.pth; }
