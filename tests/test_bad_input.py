@@ -188,8 +188,9 @@ def errors(result) -> list[str]:
     # refused before Hydra starts: no config has the key or the option
     (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: activation, context_size, direct, "
                              "dropout, embed_dim, hidden_dim, sparse_embeddings"),
-    (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_gpt2, text_files, tiny_shakespeare, "
-                           "toy"),
+    (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_bengio2003, brown_gpt2, "
+                           "brown_morin2005, ptb, text_files, tiny_shakespeare, tiny_shakespeare_heldout, toy, "
+                           "wikitext103, wikitext2"),
     # a key of another option of the group (Hydra alone says so in five lines, exit 1)
     (["head.node_dim=4"], "head.node_dim=4: not a key of head=softmax; it is a key of head=hierarchical: "
                           "add head=hierarchical"),

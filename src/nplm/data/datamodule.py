@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from nplm.data.corpora import CorpusText, load_corpus
+from nplm.data.corpora import CORPORA, CorpusText, load_corpus
+from nplm.data.id_cache import IdStreams, load_ids
 from nplm.data.tokenizers import JOINERS
 from nplm.data.vocabulary import UNK, Vocabulary
 from nplm.data.windows import BatchIndices, GroupedBatches, Windows
@@ -48,6 +50,7 @@ class LMDataModule(pl.LightningDataModule):
         self._on_device: dict[tuple, Windows] = {}  # (split, device) -> the split's windows there
         self.stats: dict[str, SplitStats] = {}
         self.files: dict[str, str] = {}
+        self.id_cache: IdStreams | None = None  # the cached id streams of a corpus read line by line
         self.train_group, self.train_limit = 1, None  # `group_training`
 
     def setup(self, stage: str | None = None) -> None:
@@ -55,28 +58,36 @@ class LMDataModule(pl.LightningDataModule):
         if self.windows:
             return
         cfg = self.corpus_cfg
-        text = load_corpus(cfg, self.data_dir)
-        self.files = text.files
         built_here = self.vocab is None
-        if built_here:
-            self.vocab = self._build_vocab(text)
+        lines = CORPORA.get(cfg.get("name")).line_files(cfg, Path(self.data_dir).expanduser())
+        if lines is not None:  # split files read line by line into ids once, then cached (nplm.data.id_cache)
+            self.id_cache = load_ids(lines, cfg, self.data_dir, self.vocab)
+            self.files, self.vocab, contiguous = self.id_cache.files, self.id_cache.vocab, False
+            _check_vocab_size(cfg, self.vocab)
+            streams = ((s, self.id_cache.ids[s], self.id_cache.tokens[s], self.id_cache.oov_rate.get(s, 0.0))
+                       for s in SPLITS)
+        else:
+            text = load_corpus(cfg, self.data_dir)
+            self.files, contiguous = text.files, text.contiguous
+            if built_here:
+                self.vocab = self._build_vocab(text)
+            streams = ((s, self.vocab.encode(getattr(text, s)), len(getattr(text, s)),
+                        self.vocab.oov_rate(getattr(text, s))) for s in SPLITS)  # encoded one split at a time
         k = self.context_size
         previous: torch.Tensor | None = None
-        for split in SPLITS:
-            tokens = getattr(text, split)
-            ids = self.vocab.encode(tokens)
+        for split, ids, tokens, oov_rate in streams:
             # In one contiguous text, a split's first k tokens are predicted from the previous split's
             # last k tokens, so every token of valid/test is scored.
-            context = previous[-k:] if text.contiguous and previous is not None and len(previous) >= k else None
+            context = previous[-k:] if contiguous and previous is not None and len(previous) >= k else None
             stream = ids if context is None else torch.cat([context, ids])
             self.ids[split] = ids
             previous = ids
-            if len(tokens) == 0 and split == "test":
+            if tokens == 0 and split == "test":
                 continue
-            _require_tokens(cfg, split, len(tokens), len(stream), k)
+            _require_tokens(cfg, split, tokens, len(stream), k)
             self.windows[split] = Windows(stream, k)
-            self.stats[split] = SplitStats(len(tokens), len(self.windows[split]), self.vocab.oov_rate(tokens))
-        if built_here:  # counts are training-split counts, whatever the vocabulary was counted on
+            self.stats[split] = SplitStats(tokens, len(self.windows[split]), oov_rate)
+        if built_here and lines is None:  # counts are training-split counts, whatever the vocabulary was counted on
             self.vocab.counts = torch.bincount(self.ids["train"], minlength=len(self.vocab)).tolist()
         for split, s in self.stats.items():
             log.info("corpus %s %s: %d tokens, %d predicted, OOV rate %.4f", cfg["name"], split, s.tokens,
@@ -93,10 +104,7 @@ class LMDataModule(pl.LightningDataModule):
             unk=cfg.get("unk", UNK), order=cfg.get("order", "frequency"),
             joiner=JOINERS[text.tokenizer], tokenizer=text.tokenizer,
         )
-        if len(vocab) < 2:  # one word: every prediction is certain and perplexity a meaningless 1.0
-            raise UserError(f"corpus.min_count={min_count}: leaves {len(vocab)} word(s) in the vocabulary of corpus "
-                            f"'{cfg['name']}' ({', '.join(vocab.tokens) or 'none'}); a language model needs at "
-                            "least 2, lower corpus.min_count")
+        _check_vocab_size(cfg, vocab)
         return vocab
 
     def require_batches(self, trainer_cfg) -> None:
@@ -167,6 +175,13 @@ class LMDataModule(pl.LightningDataModule):
             "vocab_size": len(self.vocab),
             **{f"{split}_{key}": value for split, s in self.stats.items() for key, value in vars(s).items()},
         }
+
+
+def _check_vocab_size(cfg: dict, vocab: Vocabulary) -> None:
+    if len(vocab) < 2:  # one word: every prediction is certain and perplexity a meaningless 1.0
+        raise UserError(f"corpus.min_count={int(cfg.get('min_count', 1))}: leaves {len(vocab)} word(s) in the "
+                        f"vocabulary of corpus '{cfg['name']}' ({', '.join(vocab.tokens) or 'none'}); a language "
+                        "model needs at least 2, lower corpus.min_count")
 
 
 def _require_tokens(cfg: dict, split: str, tokens: int, stream: int, k: int) -> None:

@@ -6,10 +6,15 @@ that says which setting or environment variable to use.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import os
-import shutil
+import tarfile
+import tempfile
 import urllib.request
+import zipfile
+import zlib
 from pathlib import Path
 
 from nplm.errors import UserError
@@ -23,23 +28,98 @@ def sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, expected_sha256: str | None, timeout: float = 30.0) -> Path:
-    """HTTP download to `dest` (written atomically), verified against `expected_sha256`."""
+def download(url: str, dest: Path, expected_sha256: str | None, timeout: float = 30.0, fix: str | None = None) -> Path:
+    """HTTP download to `dest`, verified against `expected_sha256` (None: unverified). Written under a
+    unique temporary name beside `dest` and renamed into place only once complete and verified, so
+    neither a failed, interrupted or corrupt download nor two jobs downloading at once leave a partial
+    file at `dest`. A failure raises a one-line `UserError` ending with `fix` (default: where to put a
+    local copy)."""
+    fix = fix or f"put a local copy at {dest} or point the corpus' path option at one"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(dest.suffix + ".part")
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(name)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
-            shutil.copyfileobj(response, out)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"could not download {url} ({err}); put a local copy at {dest} "
-                        "or point the corpus' path option at one") from None
-    got = sha256(tmp)
-    if expected_sha256 and got != expected_sha256:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"{url} has sha256 {got}, expected {expected_sha256}; the download is corrupt, try again")
-    tmp.replace(dest)
+        digest, received, expected_size = hashlib.sha256(), 0, None
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                length = response.headers.get("Content-Length")
+                expected_size = int(length) if length and length.isdigit() else None
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+                    digest.update(block)
+                    received += len(block)
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            raise UserError(f"could not download {url} ({_reason(err)}); {fix}") from None
+        if expected_size is not None and received != expected_size:  # http.client returns a short body silently
+            raise UserError(f"the download of {url} stopped after {received:,} of {expected_size:,} bytes "
+                            f"(connection closed); nothing was kept, run again or {fix}")
+        got = digest.hexdigest()
+        if expected_sha256 and got != expected_sha256.lower():
+            raise UserError(f"{url} has sha256 {got}, expected {expected_sha256}; the download is corrupt, "
+                            "try again (nothing was kept)")
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)  # gone already after the rename
     return dest
+
+
+def _reason(err: BaseException) -> str:
+    reason = getattr(err, "reason", None) or err
+    return " ".join(str(reason).split()) or type(err).__name__
+
+
+def unpack(archive: Path, members: dict[str, Path], expected_sha256: dict[str, str] | None = None,
+           fix: str = "delete it and download it again") -> None:
+    """Extract archive members (.tar, .tgz, .tar.gz or .zip; `members`: name in the archive -> destination)
+    all or nothing: each is written under a temporary name, checked against `expected_sha256[name]` when
+    given, and the files are renamed into place only once every one is complete and verified. A member is
+    found by its full name, else by its file name if exactly one member has it."""
+    temps: dict[str, Path] = {}
+    try:
+        try:
+            with _open_archive(archive) as (names, open_member):
+                for member, dest in members.items():
+                    found = _find_member(member, names)
+                    if found is None:
+                        raise UserError(f"{archive} has no {member}: not the expected archive; {fix}")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+                    temps[member] = Path(name)
+                    digest = hashlib.sha256()
+                    with os.fdopen(fd, "wb") as out, open_member(found) as src:
+                        for block in iter(lambda: src.read(1 << 20), b""):
+                            out.write(block)
+                            digest.update(block)
+                    want = (expected_sha256 or {}).get(member)
+                    if want and digest.hexdigest() != want:
+                        raise UserError(f"{found} in {archive} has sha256 {digest.hexdigest()}, expected {want}; "
+                                        f"not the published file; {fix}")
+        except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zlib.error) as err:
+            raise UserError(f"{archive}: cannot be unpacked ({_reason(err)}); {fix}") from None
+        for member, dest in members.items():
+            temps.pop(member).replace(dest)
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _open_archive(archive: Path):
+    """(member names, open(name) -> binary file) of a zip or tar archive."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            yield z.namelist(), z.open
+    else:
+        with tarfile.open(archive) as t:
+            files = {m.name.removeprefix("./"): m for m in t.getmembers() if m.isfile()}
+            yield list(files), lambda name: t.extractfile(files[name])
+
+
+def _find_member(member: str, names: list[str]) -> str | None:
+    if member in names:
+        return member
+    same = [n for n in names if n.rsplit("/", 1)[-1] == member.rsplit("/", 1)[-1]]
+    return same[0] if len(same) == 1 else None
 
 
 def read_text(path: str | Path, encoding: str = "utf-8", option: str = "corpus.path") -> str:

@@ -54,6 +54,22 @@ class Vocabulary:
         counter: Counter[str] = Counter()
         for stream in streams:
             counter.update(stream)
+        return cls.from_counts(counter, min_count=min_count, max_vocab=max_vocab, unk=unk, order=order,
+                               joiner=joiner, tokenizer=tokenizer)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counter: Counter[str],
+        *,
+        min_count: int = 1,
+        max_vocab: int | None = None,
+        unk: str | None = UNK,
+        order: str = "frequency",
+        joiner: str = " ",
+        tokenizer: str = "whitespace",
+    ) -> "Vocabulary":
+        """`build` from token counts already taken (a corpus read line by line, `nplm.data.id_cache`)."""
         by_freq = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
         kept = [(tok, c) for tok, c in by_freq if c >= min_count and tok != unk]
         if max_vocab is not None:

@@ -7,10 +7,15 @@
 | brown            | NLTK Brown words          | 800,000 / 200,000 / rest (Bengio et al. 2003)    |
 | brown_gpt2       | GPT-2 pre-tokens of Brown | 80% / 10% / rest                                 |
 | text_files       | whitespace words          | the user's three files                           |
+| ptb              | Mikolov's PTB words       | ptb.train/valid/test.txt as distributed          |
+| wikitext2        | WikiText-2 (v1) words     | wiki.train/valid/test.tokens as distributed      |
+| wikitext103      | WikiText-103 (v1) words   | wiki.train/valid/test.tokens as distributed      |
 
 Each corpus is a class in a module of this package, registered by name with the keys its yaml file
 may set (`register_corpus`): `load(cfg, data_dir) -> CorpusText` reads its splits, and
 `tokens(cfg, text)` tokenises any text as the corpus tokenises its own (`nplm-eval --text`).
+A corpus whose splits are text files read line by line may also give `line_files(cfg, data_dir)`:
+the datamodule then streams them into token ids once and caches those (`nplm.data.id_cache`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ class Corpus:
     @classmethod
     def tokens(cls, cfg: dict, text: str) -> list[str]:
         raise NotImplementedError
+
+    @classmethod
+    def line_files(cls, cfg: dict, data_dir: Path):
+        """The split files and how their lines become tokens (`nplm.data.id_cache.LineFiles`) for a corpus
+        the datamodule should tokenise once and cache; None (the default): it calls `load`."""
+        return None
+
 
 @dataclass
 class CorpusText:
