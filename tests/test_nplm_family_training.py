@@ -1,0 +1,139 @@
+"""Every model with every head trains end to end on the toy corpus; the LBL and the modern NPLM
+compile (fullgraph), train under bf16 autocast, serve nplm-predict / generate / eval / mix from their
+checkpoints, and a sweep `-m model=nplm,lbl,modern` comes out as one nplm-compare table."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nplm.cli.compare import main as compare
+from nplm.cli.evaluate import evaluate
+from nplm.cli.generate import generate
+from nplm.cli.predict import predict
+from nplm.inference.mixture import mix
+from nplm.training.checkpoint import load_model
+
+TOY = ["corpus=toy", "data.batch_size=32", "optimizer.lr=0.01"]
+UNIFORM = 42  # the toy vocabulary: a model no better than uniform has perplexity 42
+MODELS = {
+    "nplm": ["model=nplm", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16"],
+    "lbl": ["model=lbl", "model.context_size=3", "model.embed_dim=16"],
+    "modern": ["model=modern", "model.context_size=6", "model.window=3", "model.summaries=1", "model.embed_dim=16",
+               "model.hidden_dim=32", "model.num_layers=2"],
+}
+HEADS = {
+    "softmax": ["head=softmax"],
+    "hierarchical": ["head=hierarchical"],
+    "hierarchical-logistic": ["head=hierarchical", "head.node_form=logistic"],  # with model=lbl: HLBL
+    "class_based": ["head=class_based"],
+    "adaptive": ["head=adaptive"],
+    "importance_sampling": ["head=importance_sampling", "head.num_samples=20"],
+    "nce": ["head=nce", "head.num_samples=10"],
+}
+NO_WORD_VECTORS = ("hierarchical", "hierarchical-logistic", "class_based")  # heads that cannot tie
+
+
+def pair(model: str, head: str) -> list[str]:
+    """The overrides of a model x head pair; the modern NPLM ties its output vectors (its default) where
+    the head has one per word, the LBL where asked (here: the tying heads, to train that path too)."""
+    tie = []
+    if head in NO_WORD_VECTORS and model == "modern":
+        tie = ["model.tie_embeddings=false"]
+    elif head not in NO_WORD_VECTORS and model == "lbl":
+        tie = ["model.tie_embeddings=true"]
+    return [*TOY, *MODELS[model], *HEADS[head], *tie]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,head", list(itertools.product(MODELS, HEADS)))
+def test_every_model_trains_with_every_head(run_train, model, head):
+    """Three epochs of four batches: finite perplexities, and every head's exact validation perplexity
+    (the training loss of importance sampling and NCE is not, their evaluation is) beats uniform."""
+    metrics = run_train(*pair(model, head), "trainer.max_epochs=3")
+    ppl = {k: v for k, v in metrics.items() if "ppl" in k}
+    assert {"val/ppl", "test/ppl"} <= ppl.keys() and all(torch.isfinite(torch.tensor(v)) for v in ppl.values()), ppl
+    assert ("train/ppl_sampled" in ppl) == (head in ("importance_sampling", "nce"))
+    assert metrics["val/ppl"] < UNIFORM, ppl
+
+
+COMPILED = [("lbl", "softmax"), ("lbl", "nce"), ("modern", "adaptive"), ("modern", "hierarchical-logistic")]
+
+
+def one_epoch(run_train, *overrides) -> dict:
+    metrics = run_train(*overrides, "trainer.max_epochs=1")
+    return {k: metrics[k] for k in ("train/ppl", "train/ppl_sampled", "val/ppl") if k in metrics}
+
+
+@pytest.mark.parametrize("model,head", COMPILED)
+def test_compile_true_trains_as_eager_does(run_train, monkeypatch, model, head):
+    """fullgraph=True through AOT autograd (tests/test_fast_paths.py): the same perplexities as eager,
+    dropout included (the modern NPLM's 0.2)."""
+    monkeypatch.setenv("NPLM_COMPILE_BACKEND", "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager")
+    eager = one_epoch(run_train, *pair(model, head))
+    torch._dynamo.reset()
+    compiled = one_epoch(run_train, *pair(model, head), "compile=true")
+    assert eager.keys() == compiled.keys() and len(eager) == 2
+    for key, value in eager.items():
+        assert compiled[key] == pytest.approx(value, rel=1e-4), key
+
+
+@pytest.mark.parametrize("model,head", [("lbl", "softmax"), ("modern", "adaptive")])
+def test_bf16_mixed_training_is_finite_and_near_float32(run_train, model, head):
+    exact = one_epoch(run_train, *pair(model, head))
+    low = one_epoch(run_train, *pair(model, head), "trainer.precision=bf16-mixed")
+    for key, value in exact.items():
+        assert low[key] == pytest.approx(value, rel=0.05), key
+
+
+@pytest.mark.parametrize("model", ["lbl", "modern"])
+def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, model):
+    """The commands read the model through its interface alone (embed, features_from_embeddings,
+    input_embeddings, context_size): a tied checkpoint reloads, and predicts the toy corpus's
+    continuation once trained."""
+    extra = ["model.tie_embeddings=true"] if model == "lbl" else ["model.dropout=0.0"]
+    run_train(*TOY, *MODELS[model], "head=softmax", *extra, "trainer.max_epochs=40")
+    ckpt = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    module = load_model(ckpt)
+    assert module.head.out.weight is module.model.output_embeddings()  # tied again after loading
+    # the modern NPLM's distant context memorises the corpus: give it the training context, not padding
+    assert predict(ckpt, "dog sat down <eos> a dog barked", top_k=1)[0][0] == "loudly"
+    assert len(predict(ckpt, "the cat zebra", top_k=3, oov="bengio")) == 3  # the expected vector of an unknown word
+    text = generate(ckpt, "the cat", length=5, temperature=0)
+    assert text.startswith("the cat ") and len(text.split()) == 7
+    k = module.model.context_size
+    result = evaluate(ckpt, split="test", data_dir=str(tmp_path / "data"))
+    assert result["tokens"] == 121 - k and result["ppl"] < 10
+    mixed = mix(ckpt, "kn3", data_dir=str(tmp_path / "data"))
+    assert mixed["test"]["neural"] == pytest.approx(result["ppl"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_a_sweep_over_the_three_models_is_one_compare_table(tmp_path, capsys):
+    """`nplm-train -m model=nplm,lbl,modern`: three jobs with the same head, corpus and budget; nplm-compare
+    lists them side by side, one row per model."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "model=nplm,lbl,modern", "corpus=toy",
+                             "model.embed_dim=16", "trainer.max_epochs=2", "logger=none", "threads=1",
+                             f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
+    assert [r["status"] for r in records] == ["finished"] * 3
+    capsys.readouterr()
+    compare([str(sweep), "--markdown", str(tmp_path / "table.md")])
+    printed = capsys.readouterr().out
+    lines = (tmp_path / "table.md").read_text().splitlines()
+    header, rows = lines[0], lines[2:]
+    assert "model" in header and len(rows) == 3
+    for name, record in zip(("nplm", "lbl", "modern"), records):
+        row = next(r for r in rows if f"| {name} |" in r)
+        assert f"{record['metrics']['test/ppl']:.2f}" in row, (row, record["metrics"])
+        assert name in printed
