@@ -114,6 +114,17 @@ def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, mo
     assert mixed["test"]["neural"] == pytest.approx(result["ppl"], rel=1e-4)
 
 
+def test_hlbl_on_a_learned_multi_code_tree_from_the_lbls_predicted_representations(run_train, tmp_path):
+    """Mnih & Hinton (2009): a first HLBL on a random tree, its predicted representations r_hat averaged
+    per word, a tree of recursive mixtures on them (ADAPTIVE(eps) x2: several codes per word), a second
+    HLBL trained on it; `predicted_word_vectors` reads any model's features."""
+    metrics = run_train(*TOY, *MODELS["lbl"], *HEADS["hierarchical-logistic"], "tree=learned", "tree.bootstrap=random",
+                        "tree.bootstrap_epochs=2", "tree.runs=2", "tree.eps=0.2", "trainer.max_epochs=3")
+    tree = json.loads((tmp_path / "run" / "metrics.json").read_text())["tree"]
+    assert tree["kind"] == "learned" and tree["codes_per_word"] > 1
+    assert metrics["val/ppl"] < UNIFORM
+
+
 @pytest.mark.slow
 def test_a_sweep_over_the_three_models_is_one_compare_table(tmp_path, capsys):
     """`nplm-train -m model=nplm,lbl,modern`: three jobs with the same head, corpus and budget; nplm-compare
