@@ -12,7 +12,7 @@ PACKAGE = SRC / "nplm"
 
 # Lowest first: a module may import from its own layer and the layers below, never from above.
 LAYERS = [
-    ["nplm", "nplm.errors", "nplm.config", "nplm.config.rules", "nplm.config.registry"],  # what every layer uses
+    ["nplm", "nplm.errors", "nplm.files", "nplm.config", "nplm.config.rules", "nplm.config.registry"],  # what every layer uses
     ["nplm.fast"],  # optional speed paths over torch
     ["nplm.data"],
     ["nplm.trees"],

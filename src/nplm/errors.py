@@ -15,6 +15,12 @@ class UserError(Exception):
     """A mistake in the user's input (config, data, arguments), not a bug in nplm."""
 
 
+class WriteError(UserError):
+    """A file or folder could not be written (a full disk, a read-only or missing folder): what was
+    written before stays as it was (every write is atomic: `nplm.files`), so a run that stops here
+    keeps its last checkpoint and record, and `resume=true` continues it once the cause is fixed."""
+
+
 def require(condition: bool, message: str) -> None:
     """Raise `UserError(message)` unless `condition` holds."""
     if not condition:

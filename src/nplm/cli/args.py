@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from nplm.errors import EXIT_USER_ERROR, UserError
+from nplm.files import atomic_write, folder_problem
 
 
 class Parser(argparse.ArgumentParser):
@@ -142,14 +143,11 @@ def input_dir(text: str) -> Path:
 
 
 def _creatable(path: Path) -> None:
-    """Refuse a path whose nearest existing ancestor is a file (its folder could never be made)."""
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                refuse(f"{parent} is a file, not a folder")
-            if not os.access(parent, os.W_OK):
-                refuse(f"{parent} is not writable")
-            return
+    """Refuse a path whose folder could never be written: its nearest existing ancestor is a file, or
+    a file cannot be made there (tried for real: a read-only or full file system, no permission)."""
+    problem = folder_problem(path.parent)
+    if problem is not None:
+        refuse(problem)
 
 
 def output_file(text: str) -> Path:
@@ -166,17 +164,13 @@ def output_dir(text: str) -> Path:
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         refuse("is a file; pass a folder (it is created if missing)")
-    _creatable(path)
+    problem = folder_problem(path)
+    if problem is not None:
+        refuse(problem)
     return path
 
 
 def write_text(path: Path, data: str | bytes, flag: str) -> None:
-    """Write `data` to `path` atomically (a temporary file, then a rename), making missing folders."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
-        tmp.replace(path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"{flag}={path}: cannot be written ({err.strerror or err})") from None
+    """Write `data` to `path` atomically (a temporary file, then a rename: `nplm.files`), making missing
+    folders; a failure (a full disk, a read-only folder) is one line naming `flag` and the file."""
+    atomic_write(path, data, what=flag)
