@@ -93,6 +93,7 @@ def test_bf16_mixed_training_is_finite_and_near_float32(run_train, model, head):
 
 
 @pytest.mark.parametrize("model", ["lbl", "modern"])
+@pytest.mark.slow
 def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, model):
     """The commands read the model through its interface alone (embed, features_from_embeddings,
     input_embeddings, context_size): a tied checkpoint reloads, and predicts the toy corpus's

@@ -117,6 +117,7 @@ def test_a_wrong_type_for_every_top_level_key_is_refused(tmp_path, key):
     assert str(info.value).startswith(f"{key}={show(bad)}: must be"), str(info.value)
 
 
+@pytest.mark.slow
 def test_every_config_group_folder_has_a_schema():
     folders = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} - {"hydra", "experiment", "debug", "sweep"}
     assert folders <= set(GROUPS), folders - set(GROUPS)
