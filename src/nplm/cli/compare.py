@@ -25,6 +25,7 @@ from pathlib import Path
 
 from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
+from nplm.tracking.runs import observed_status
 
 SEED = "seed"
 
@@ -125,7 +126,8 @@ def load_job(job_dir: Path) -> Job:
     val = metrics.get("val/ppl_best")
     if val is None and curve:  # running or failed: the best so far
         val = min(p for _, p in curve)
-    return Job(job_dir, _overrides(job_dir, record), record.get("status", "unknown"), val, metrics.get("test/ppl"),
+    status = observed_status(job_dir, record) or "unknown"  # a dead run's "running" record reads "killed"
+    return Job(job_dir, _overrides(job_dir, record), status, val, metrics.get("test/ppl"),
                record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve)
 
 

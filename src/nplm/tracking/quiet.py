@@ -9,6 +9,7 @@ including Lightning's and W&B's about the user's own setup, still show.
 | "`isinstance(treespec, LeafSpec)` is deprecated"          | that FutureWarning's exact text           |
 | "smaller than the logging interval" (debug runs)          | that warning's exact text                 |
 | "Checkpoint directory ... exists and is not empty" (resume) | that warning's exact text               |
+| CSVLogger's "Experiment logs directory ... exists and is not empty" (resume) | that warning's exact text |
 | W&B "The anonymous setting has no effect"                 | `tracking.build_loggers` (not passed on)  |
 | W&B's banner and sync hints                               | `WANDB_SILENT=true`                       |
 | ModelCheckpoint "could not find the monitored key" (max_steps) | `train.build_trainer`: the best checkpoint is saved after validation only |
@@ -26,6 +27,7 @@ KNOWN_WARNINGS = [  # (exact message start, as a regular expression; category)
     (r"The number of training batches \(\d+\) is smaller than the logging interval", UserWarning),
     # a resumed run goes on in its own folder (a fresh one always starts in an empty folder)
     (r"Checkpoint directory .* exists and is not empty", UserWarning),
+    (r"Experiment logs directory .* exists and is not empty", UserWarning),
 ]
 
 

@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import secrets
+import socket
 import string
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.errors import UserError
+from nplm.files import atomic_open, atomic_write
 from nplm.tracking.runs import job_overrides
 
 log = logging.getLogger(__name__)
@@ -61,10 +63,22 @@ def _number(value):
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write atomically, so a reader never sees half a file."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    """Write atomically (`nplm.files`), so a reader never sees half a file; a full disk or a folder that
+    cannot be written is a `WriteError`, and the previous file stays."""
+    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def writer() -> dict:
+    """Which process writes a run (`nplm.tracking.runs.process_alive` tells a killed run by it)."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def mark_started(out_dir: Path, cfg: DictConfig, overrides: list[str]) -> None:
+    """metrics.json of a run from its first moment, before the corpus is read: a run killed before
+    `RunRecord` replaces this still says what it was (and, once seen dead, that it was killed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "metrics.json", {"status": "running", **writer(), "experiment": cfg.get("experiment_name"),
+                                          "command": " ".join(sys.argv), "overrides": overrides, "metrics": {}})
 
 
 class RunRecord:
@@ -78,6 +92,7 @@ class RunRecord:
         self.started = time.time() - resumed_s
         self.data = {
             "status": "running",
+            **writer(),
             "experiment": cfg.get("experiment_name"),
             "seed": cfg.seed,
             "git_commit": git_commit(),
@@ -94,7 +109,7 @@ class RunRecord:
         self.enabled = rank_zero_only.rank == 0
         if self.enabled:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            atomic_write(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         self.save()
 
     def save(self) -> None:
@@ -134,7 +149,8 @@ class EpochHistory(Checkpoint):
         self._start = time.time() - self.resumed_s
 
     def _write_all(self) -> None:
-        with open(self.path, "w", newline="") as f:
+        """The whole file, atomically: a kill while a row is written leaves the rows before it."""
+        with atomic_open(self.path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=HISTORY_FIELDS)
             writer.writeheader()
             writer.writerows(self.rows)
@@ -147,12 +163,7 @@ class EpochHistory(Checkpoint):
                "elapsed_s": round(time.time() - self._start, 3)}
         row.update({k: _number(metrics.get(k)) for k in HISTORY_FIELDS if k in metrics})
         self.rows.append(row)
-        new = not self.path.exists()
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=HISTORY_FIELDS)
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        self._write_all()
         for logger in trainer.loggers:  # Lightning's CSV log, up to this epoch's validation, before last.ckpt
             if type(logger).__name__ == "CSVLogger":
                 logger.save()
@@ -207,7 +218,7 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
             run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
             if rank_zero_only.rank == 0:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                id_file.write_text(run_id + "\n")
+                atomic_write(id_file, run_id + "\n")
         logger = WandbLogger(
             project=wb.project, entity=wb.get("entity"), name=run_name, group=group, id=run_id, resume="allow",
             job_type=wb.get("job_type"), tags=[*(wb.get("tags") or []), *(o[:64] for o in job_overrides())],
@@ -216,6 +227,13 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
             settings=wandb.Settings(init_timeout=90, console="off"),
         )
         logger._wandb_init.pop("anonymous", None)  # Lightning passes None, which W&B 0.2x warns about
+        try:  # W&B starts here, not at the first log: a setting it refuses is one line, before training
+            logger.experiment
+        except (wandb.errors.UsageError, ValueError) as err:  # (ValueError: its settings' validation)
+            found = err.errors() if callable(getattr(err, "errors", None)) else []  # pydantic: the first problem
+            first = found[0].get("msg") if found else str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"logger.wandb: W&B refuses these settings ({first}); change the logger.wandb "
+                            "key it names, or use logger=csv") from None
         loggers.append(logger)
     return loggers
 
@@ -245,7 +263,7 @@ def _continue_csv(logger, resume_from: Path | None) -> None:
         rows.sort(key=lambda row: int(float(row["epoch"])))
     writer = logger.experiment  # creates the writer, which removes the file
     if rows:
-        with open(path, "w", newline="") as f:
+        with atomic_open(path, "w", newline="") as f:
             out = csv.DictWriter(f, fieldnames=fields)
             out.writeheader()
             out.writerows(rows)

@@ -3,17 +3,26 @@
 - A multirun re-run with the same `hydra.sweep.dir` skips every job whose metrics.json says
   "finished" with the same overrides, continues killed jobs from their last checkpoint, and runs the
   missing and failed ones again (other templates start the whole sweep again).
-- `resume=true` continues a killed run from its last checkpoint in its own folder: the newest
-  unfinished run of the same experiment with the same overrides. `resume=<run dir or .ckpt>` names it.
-- A resume with overrides other than the stored run's is refused, naming the keys, unless
-  `resume_allow_changes=true` (e.g. to raise `trainer.max_epochs` of a finished run).
+- `resume=true` continues a killed run from its last checkpoint in its own folder: the run folder
+  itself first (a fixed `hydra.run.dir`), then the earlier runs of the same experiment with the same
+  training overrides, newest first. A finished one ends the search (nothing to do); a run still
+  alive, one killed before its first checkpoint, and one with other overrides are passed over, and
+  when nothing can be continued one line says what was looked at and why, and the run starts afresh.
+  `resume=<run dir or .ckpt>` names the run; one with other overrides is refused, naming the keys,
+  unless `resume_allow_changes=true` (e.g. to raise `trainer.max_epochs` of a finished run), which
+  also lets `resume=true` take the newest run whatever its overrides.
+- Every record says which process writes it (`pid`, `host`): a "running" record whose process is
+  gone was killed, and one without a checkpoint is marked "killed" with `checkpoint: null` when
+  `resume` or `nplm-compare` first sees it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import socket
 from pathlib import Path
 
 from nplm.errors import UserError
@@ -68,6 +77,35 @@ def read_record(run_dir: Path) -> dict | None:
         return None
 
 
+def process_alive(record: dict) -> bool | None:
+    """Whether the process that wrote a "running" record still runs; None for a record from another
+    host, or from before records named their process: nplm cannot tell."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or record.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()
+
+
+def observed_status(run_dir: Path, record: dict | None) -> str | None:
+    """The record's status as it is now: a "running" record whose process is gone is "killed"; one
+    killed before its first checkpoint is written back as such (status "killed", checkpoint null)."""
+    if record is None or record.get("status") != "running" or process_alive(record) is not False:
+        return None if record is None else record.get("status")
+    if _last_checkpoint(run_dir) is None and record.get("checkpoint", "?") is not None:
+        path = run_dir / "metrics.json"
+        tmp = path.with_suffix(".tmp")  # written whole, then renamed over the old record
+        tmp.write_text(json.dumps({**record, "status": "killed", "checkpoint": None,
+                                   "error": "killed before its first checkpoint"}, indent=2) + "\n")
+        tmp.replace(path)
+    return "killed"
+
+
 def finished_job(out_dir: Path, overrides: list[str]) -> dict | None:
     """metrics.json of a finished job with these overrides in `out_dir`, else None."""
     record = read_record(out_dir)
@@ -99,15 +137,13 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
     if resume in (None, False, "false", "null"):
         return out_dir, None
     if resume in (True, "true"):
-        runs = sorted((p for p in out_dir.parent.iterdir() if p.is_dir() and p != out_dir and _last_checkpoint(p)),
-                      key=lambda p: p.stat().st_mtime, reverse=True) if out_dir.parent.is_dir() else []
-        same = [p for p in runs if (r := read_record(p)) and training_overrides(r.get("overrides") or []) == overrides]
-        unfinished = [p for p in same if read_record(p).get("status") != "finished"]
-        if not runs:
-            log.warning("resume=true: no run with a checkpoint in %s; starting afresh", out_dir.parent)
+        old = latest_to_continue(out_dir, overrides, allow_changes)
+        if old is None:  # nothing to continue: a fresh start
             return out_dir, None
-        old = (unfinished or same or runs)[0]
-        _check_same(old, read_record(old) or {}, overrides, allow_changes)
+        if (read_record(old) or {}).get("status") == "finished":  # nothing to do (train() skips it)
+            if old != out_dir:
+                discard_fresh(out_dir)
+            return old, None
     else:
         path = Path(str(resume)).expanduser()
         if path.is_file():  # a checkpoint: a new run starts from its weights and state
@@ -118,9 +154,43 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
             raise UserError(f"resume={resume}: no checkpoints/last.ckpt in that folder; give a .ckpt file instead")
         old = path
         _check_same(old, read_record(old) or {}, overrides, allow_changes)
-    discard_fresh(out_dir)
+    if old != out_dir:
+        discard_fresh(out_dir)
     log.info("resuming %s from %s", old, _last_checkpoint(old))
     return old, _last_checkpoint(old)
+
+
+def latest_to_continue(out_dir: Path, overrides: list[str], allow_changes: bool) -> Path | None:
+    """`resume=true`: the run to continue (a killed one with a checkpoint), a finished one (nothing
+    to do), or None: start afresh in `out_dir`, after one line saying what was looked at and why each
+    was passed over. Candidates: `out_dir` itself, then its siblings (the experiment's other runs),
+    newest first."""
+    siblings = [p for p in out_dir.parent.iterdir() if p.is_dir() and p != out_dir] if out_dir.parent.is_dir() else []
+    siblings.sort(key=lambda p: (p / "metrics.json").stat().st_mtime if (p / "metrics.json").is_file()
+                  else p.stat().st_mtime, reverse=True)
+    passed = []
+    for run in [out_dir, *siblings]:
+        record = read_record(run)
+        if record is None:
+            continue  # not a run (or this invocation's new folder)
+        status = observed_status(run, record)
+        changes = override_changes(training_overrides(record.get("overrides") or []), overrides)
+        if changes and not allow_changes:
+            passed.append(f"{run.name}: other overrides ({'; '.join(changes)})")
+        elif status == "finished":
+            return run
+        elif status == "running" and process_alive(record):
+            passed.append(f"{run.name}: still running (pid {record.get('pid')})")
+        elif _last_checkpoint(run) is None:  # (a run of unknown state without one: nothing to continue either)
+            passed.append(f"{run.name}: {status}, no checkpoint" + (" (killed before its first checkpoint)"
+                                                                     if status == "killed" else ""))
+        else:
+            if changes:
+                log.warning("resume_allow_changes=true: continuing %s with %s", run, "; ".join(changes))
+            return run
+    looked = "; ".join(passed) if passed else f"no earlier run in {out_dir.parent}"
+    log.warning("resume=true: nothing to continue (%s); starting afresh in %s", looked, out_dir)
+    return None
 
 
 def _check_same(run_dir: Path, record: dict, overrides: list[str], allow_changes: bool) -> None:

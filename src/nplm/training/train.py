@@ -14,12 +14,13 @@ import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig
+from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
 from nplm.tracking.quiet import quiet
-from nplm.tracking.records import EpochHistory, RunRecord, build_loggers, finish_wandb, write_json
+from nplm.tracking.records import EpochHistory, RunRecord, build_loggers, finish_wandb, mark_started, write_json
 from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
@@ -72,6 +73,8 @@ def train(cfg: DictConfig) -> dict:
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     if ckpt is None:
         clear_outputs(out_dir)  # a failed job's earlier attempt
+        if rank_zero_only.rank == 0:
+            mark_started(out_dir, cfg, overrides)
     try:
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
