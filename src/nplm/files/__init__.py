@@ -119,7 +119,7 @@ def atomic_open(path: str | Path, mode: str = "wb", what: str = "", fix: str = "
         raise
 
 
-def atomic_write(path: str | Path, data: str | bytes, what: str = "", fix: str = "") -> None:
+def atomic_write(path: str | Path, data: str | bytes | memoryview, what: str = "", fix: str = "") -> None:
     """Write `data` (text as UTF-8) to `path` atomically; see `atomic_open`."""
     with atomic_open(path, "wb", what, fix) as f:
         f.write(data.encode() if isinstance(data, str) else data)

@@ -1,5 +1,5 @@
-"""The pytorch_lightning.Trainer of a run: checkpoints (best and last), early stopping, a wall-clock
-deadline, progress lines."""
+"""The pytorch_lightning.Trainer of a run: checkpoints (best and last, written atomically), early
+stopping, a wall-clock deadline, progress lines."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from nplm.errors import UserError
 from nplm.tracking.progress import Progress
 from nplm.tracking.records import EpochHistory
+from nplm.training.checkpoint_io import AtomicCheckpointIO
 from nplm.training.execution import ExecutionPlan
 
 
@@ -56,6 +57,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
         trainer_cfg["enable_progress_bar"] = True
     try:
         return pl.Trainer(**trainer_cfg, logger=loggers or False, callbacks=callbacks,
+                          plugins=[AtomicCheckpointIO()],  # a kill or a full disk never tears a checkpoint
                           default_root_dir=str(out_dir), enable_model_summary=False)
     except TypeError as err:
         raise UserError(f"bad trainer option ({err}); see pytorch_lightning.Trainer's arguments") from None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError
+from nplm.files import atomic_write
 from nplm.heads import head_class
 from nplm.tracking.runs import read_record
 from nplm.training.checkpoint import load_model
@@ -89,13 +91,12 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
             raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
                             f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
         vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(vectors, vectors_path.with_suffix(".tmp"))
-        vectors_path.with_suffix(".tmp").replace(vectors_path)
+        buffer = io.BytesIO()
+        torch.save(vectors, buffer)
+        atomic_write(vectors_path, buffer.getbuffer())
     vectors = torch.load(vectors_path, map_location="cpu", weights_only=True)
     tree = tree_for_head(cfg, dm, vectors)
-    tree.save(tree_path.with_suffix(".tmp"))
-    tree_path.with_suffix(".tmp").replace(tree_path)
+    tree.save(tree_path)  # atomically
     return tree
 
 

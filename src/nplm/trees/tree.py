@@ -31,6 +31,7 @@ from typing import Sequence, Union
 import torch
 
 from nplm.errors import UserError
+from nplm.files import atomic_write
 
 Nested = Union[int, tuple]  # a word id, or a (left, right) pair of Nested
 
@@ -251,7 +252,8 @@ class Tree:
                    kind=d.get("kind", ""), leaf_words=d.get("leaf_words"))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
+        """Write the tree as JSON, atomically (`nplm.files`): the old file or the new one, never half."""
+        atomic_write(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> "Tree":
