@@ -188,12 +188,35 @@ class IntList(Rule):
 
 
 @dataclass(frozen=True)
-class StrList(Rule):
+class Name(Str):
+    """A non-empty string of at most `max_len` characters with none of the characters `forbidden`
+    (a tracker's project or entity name, which becomes part of a URL)."""
+
+    forbidden: str = ""
+    max_len: int | None = None
+
     def ok(self, v) -> bool:
-        return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+        return (super().ok(v) and not any(c in v for c in self.forbidden)
+                and (self.max_len is None or len(v) <= self.max_len))
 
     def text(self) -> str:
-        return "a list of strings, e.g. [a,b]"
+        most = f" of at most {self.max_len} characters" if self.max_len else ""
+        return f"a non-empty name{most}" + (f" without any of: {' '.join(self.forbidden)}" if self.forbidden else "")
+
+
+@dataclass(frozen=True)
+class StrList(Rule):
+    """A list of strings; with `max_len`, each of 1 to `max_len` characters."""
+
+    max_len: int | None = None
+
+    def ok(self, v) -> bool:
+        return isinstance(v, (list, tuple)) and all(
+            isinstance(x, str) and (self.max_len is None or 1 <= len(x) <= self.max_len) for x in v)
+
+    def text(self) -> str:
+        each = f" of 1 to {self.max_len} characters each" if self.max_len else ""
+        return f"a list of strings{each}, e.g. [a,b]"
 
 
 @dataclass(frozen=True)

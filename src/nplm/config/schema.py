@@ -19,8 +19,8 @@ import functools
 import importlib
 from dataclasses import dataclass, field
 
-from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Resume, Rule, Section, Str,
-                               StrList, show)
+from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Name, Resume, Rule, Section,
+                               Str, StrList, show)
 from nplm.errors import UserError
 
 SEED = Int(0, 2**32 - 1)
@@ -77,9 +77,13 @@ TRAINER = Group(options={"": {
 }})
 
 LOGGER = Group(options={"": {"csv": Bool(), "wandb": Section(nullable=True)}})  # wandb: WANDB below, or null
-WANDB = Group(options={"": {"project": Str(), "entity": Str(nullable=True),
+# W&B's own rules (wandb 0.2x, wandb_settings.py): a project name of at most 128 characters without
+# / \ # ? % : (an entity, the other part of a run's URL, likewise), tags of 1 to 64 characters.
+WANDB_NAME = dict(forbidden="/\\#?%:", max_len=128, hint="W&B's rule")
+WANDB = Group(options={"": {"project": Name(**WANDB_NAME), "entity": Name(nullable=True, **WANDB_NAME),
                             "mode": Choice(options=("offline", "online", "disabled")), "job_type": Str(nullable=True),
-                            "tags": StrList(), "name": Str(nullable=True), "notes": Str(nullable=True)}})
+                            "tags": StrList(max_len=64, hint="W&B's limit"), "name": Str(nullable=True),
+                            "notes": Str(nullable=True)}})
 DATA = Group(options={"": {"batch_size": Int(1), "eval_batch_size": Int(1), "overfit_batches": Int(0)}})
 CALLBACKS = Group(options={"": {"early_stopping_patience": Int(1, nullable=True)}})
 PATHS = Group(options={"": {"data_dir": Str(), "output_dir": Str()}})
