@@ -38,6 +38,32 @@ def wide(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
 
 
+class _SparseRows(torch.autograd.Function):
+    """weight[index] whose gradient is row-sparse (sparse COO, one row per index, uncoalesced), as
+    nn.Embedding(sparse=True)'s, for 1-D weights (biases) too."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.shape = weight.shape
+        ctx.save_for_backward(index)
+        return weight.index_select(0, index.reshape(-1)).view(*index.shape, *weight.shape[1:])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (index,) = ctx.saved_tensors
+        values = grad.reshape(-1, *ctx.shape[1:]).contiguous()
+        return torch.sparse_coo_tensor(index.reshape(1, -1), values, ctx.shape, check_invariants=False), None
+
+
+def rows(weight: torch.Tensor, index: torch.Tensor, sparse: bool) -> torch.Tensor:
+    """`weight[index]`; with `sparse` (and autograd recording) its gradient is row-sparse: the lazy
+    optimizers (`nplm.optimizers.lazy`) then update only the rows a batch used, as for
+    `model.sparse_embeddings=true`, instead of every row of a |V|-sized table each step."""
+    if sparse and torch.is_grad_enabled() and weight.requires_grad:
+        return _SparseRows.apply(weight, index)
+    return weight[index]
+
+
 class Head(nn.Module):
     """An output layer over features `[B, F]`.
 

@@ -21,7 +21,9 @@ by inverse CDF (`searchsorted` of k uniforms): unlike `torch.multinomial`, whose
 device tensor on the host, it needs no host-device sync and compiles into one graph.
 
 Cost: training O((k + 1) F) per example plus O(V) per batch to draw the samples; `nll` and
-`log_probs` are the exact full softmax, O(V F), so evaluation perplexity is exact.
+`log_probs` are the exact full softmax, O(V F), so evaluation perplexity is exact. The optimizer's
+update of W and b is O(V F) per batch unless `sparse`: their gradients are then row-sparse and the
+lazy optimizers update only the rows of the batch's targets and samples (experiments/scale).
 """
 
 from __future__ import annotations
@@ -32,24 +34,26 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.config.rules import Float, Int
+from nplm.config.rules import Bool, Float, Int
 from nplm.heads import register_head
-from nplm.heads.base import Head, tie_checked, wide, require_counts
+from nplm.heads.base import Head, rows, tie_checked, wide, require_counts
 from nplm.heads.softmax import SoftmaxNLL
 
 
 
 @register_head("importance_sampling", keys={
     "num_samples": Int(1, doc="proposal samples per batch"),
-    "proposal_power": Float(ge=0, doc="proposal q(w) ~ count(w)^power: 1 unigram, 0 uniform")})
+    "proposal_power": Float(ge=0, doc="proposal q(w) ~ count(w)^power: 1 unigram, 0 uniform"),
+    "sparse": Bool(doc="row-sparse gradients for the output vectors and biases: only the batch's targets and "
+                       "samples are updated (lazy Adam); pays at large |V|")})
 class ImportanceSamplingHead(Head):
     exact_training_loss = False
     can_tie = True  # the rows of self.out.weight: one output vector per word
 
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_samples: int = 100,
-                 proposal_power: float = 1.0):
+                 proposal_power: float = 1.0, sparse: bool = False):
         super().__init__()
-        self.num_samples = num_samples
+        self.num_samples, self.sparse = num_samples, sparse
         q = (torch.tensor(counts, dtype=torch.float64) + 1.0) ** proposal_power  # [V]
         q = q / q.sum()
         self.register_buffer("proposal", q.float())  # [V] Q(w)
@@ -81,11 +85,11 @@ class ImportanceSamplingHead(Head):
 
     def sampled_loss(self, features: torch.Tensor, target: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
         B = target.shape[0]
-        rows = torch.cat([target, samples])  # [B + k] one gather, so one scatter in backward
-        w, b = self.out.weight[rows], self.out.bias[rows]  # [B + k, F], [B + k]
+        ids = torch.cat([target, samples])  # [B + k] one gather, so one scatter in backward
+        w, b = rows(self.out.weight, ids, self.sparse), rows(self.out.bias, ids, self.sparse)  # [B + k, F], [B + k]
         y_t = (features * w[:B]).sum(-1) + b[:B]  # [B] target scores
         y_s = wide(torch.addmm(b[B:], features, w[B:].t()))  # [B, k] sample scores (float32 under autocast)
-        log_kq = (self.num_samples * self.proposal[rows]).log().to(y_s.dtype)  # [B + k] log(k Q(w))
+        log_kq = (self.num_samples * self.proposal[ids]).log().to(y_s.dtype)  # [B + k] log(k Q(w))
         z = torch.cat([(y_t - log_kq[:B])[:, None], y_s - log_kq[B:]], dim=1)  # [B, 1 + k] corrected scores
         return torch.logsumexp(z, dim=1) - y_t  # [B]
 
@@ -94,4 +98,4 @@ class ImportanceSamplingHead(Head):
                     tree=None) -> "ImportanceSamplingHead":
         require_counts("importance_sampling", counts, vocab_size)
         return cls(feature_dim, vocab_size, counts, options.get("num_samples", 100),
-                   float(options.get("proposal_power", 1.0)))
+                   float(options.get("proposal_power", 1.0)), bool(options.get("sparse", False)))

@@ -1,0 +1,119 @@
+"""Heads at large vocabularies (issue 28, part 4): no [batch, |V|] tensor in training for the heads
+that avoid one, and row-sparse (lazy) updates of the per-word / per-node parameters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from nplm.heads import build_head
+from nplm.models.nplm import NPLM, NPLMConfig
+from nplm.optimizers import build_optimizer
+from nplm.trees.tree import Tree, balanced_nested
+
+from conftest import TOY_FAST
+
+B, V, K = 7, 113, 3  # distinct sizes, so a [B, V] tensor is recognisable
+COUNTS = [int(1000 / (r + 1)) + 1 for r in range(V)]
+HEADS = {
+    "hierarchical": {"name": "hierarchical", "node_dim": 4, "node_hidden": 5},
+    "hierarchical_sparse": {"name": "hierarchical", "node_dim": 4, "node_hidden": 5, "sparse": True},
+    "hierarchical_logistic": {"name": "hierarchical", "node_form": "logistic", "sparse": True},
+    "adaptive": {"name": "adaptive", "cutoffs": [10, 40], "div_value": 2.0},
+    "class_based": {"name": "class_based", "num_classes": 11},
+    "importance_sampling": {"name": "importance_sampling", "num_samples": 5},
+    "importance_sampling_sparse": {"name": "importance_sampling", "num_samples": 5, "sparse": True},
+}
+
+
+class Shapes(TorchDispatchMode):
+    """Records the shape of every tensor an op returns (forward, backward and optimizer alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.shapes.append((str(func), tuple(t.shape)))
+        return out
+
+
+def parts(head_cfg: dict, sparse_c: bool = True):
+    torch.manual_seed(0)
+    model = NPLM(V, NPLMConfig(context_size=K, embed_dim=4, hidden_dim=6, direct=True, sparse_embeddings=sparse_c))
+    tree = Tree.from_nested(balanced_nested(list(range(V))), V)
+    head = build_head(head_cfg, model.feature_dim, V, COUNTS, tree)
+    optimizer = build_optimizer(nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-2})
+    return model, head, optimizer
+
+
+def train_step(model, head, optimizer, context, target):
+    optimizer.zero_grad(set_to_none=True)
+    head.loss(model(context), target).mean().backward()
+    optimizer.step()
+
+
+def batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, V, (B, K), generator=g), torch.randint(0, V, (B,), generator=g)
+
+
+@pytest.mark.parametrize("name", [n for n in HEADS])
+def test_no_batch_by_vocabulary_tensor_in_training(name):
+    model, head, optimizer = parts(HEADS[name])
+    context, target = batch()
+    train_step(model, head, optimizer, context, target)  # optimizer state made outside the recording
+    with Shapes() as seen:
+        train_step(model, head, optimizer, *batch(2))
+    wide = [(op, shape) for op, shape in seen.shapes if B in shape and V in shape]
+    assert not wide, wide
+    assert seen.shapes  # the mode did see the step
+
+
+def test_the_check_sees_the_full_softmax():
+    model, head, optimizer = parts({"name": "softmax"})
+    with Shapes() as seen:
+        train_step(model, head, optimizer, *batch())
+    assert any(shape == (B, V) for _, shape in seen.shapes)
+
+
+@pytest.mark.parametrize("name", ["hierarchical_sparse", "hierarchical_logistic", "importance_sampling_sparse"])
+def test_sparse_rows_have_the_dense_gradient(name):
+    sparse_cfg = HEADS[name]
+    dense_cfg = {**sparse_cfg, "sparse": False}
+    grads = []
+    for cfg in (dense_cfg, sparse_cfg):
+        model, head, _ = parts(cfg)
+        context, target = batch()
+        torch.manual_seed(5)  # the same samples for importance sampling
+        head.loss(model(context), target).mean().backward()
+        grads.append({n: p.grad for n, p in head.named_parameters() if p.grad is not None})
+    dense, sparse = grads
+    assert dense.keys() == sparse.keys()
+    row_sparse = [n for n, g in sparse.items() if g.is_sparse]
+    assert row_sparse  # the per-node / per-word tables
+    for n in dense:
+        got = sparse[n].to_dense() if sparse[n].is_sparse else sparse[n]
+        torch.testing.assert_close(got, dense[n])
+
+
+def test_sparse_rows_update_only_the_batchs_nodes():
+    model, head, optimizer = parts(HEADS["hierarchical_sparse"])
+    before = head.N.detach().clone()
+    context, target = batch()
+    train_step(model, head, optimizer, context, target)
+    used = torch.unique(head.path_nodes[target][head.path_mask[target]])
+    moved = (head.N.detach() != before).any(1).nonzero().squeeze(1)
+    assert torch.equal(moved, used)
+
+
+@pytest.mark.parametrize("head", [["head=hierarchical", "head.sparse=true", "tree=huffman"],
+                                  ["head=importance_sampling", "head.sparse=true", "head.num_samples=5"]])
+def test_nplm_train_with_sparse_heads_and_c(run_train, head):
+    metrics = run_train(*TOY_FAST, "model.sparse_embeddings=true", *head)
+    assert metrics["test/ppl"] < 30  # 20 toy sentences memorised to some degree in two epochs
