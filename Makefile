@@ -12,7 +12,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 clean
+.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 clean
 
 install: $(VENV)/.installed
 
@@ -67,6 +67,10 @@ replicate-bengio2003: install
 # Morin & Bengio (2005) Tables 1-3: timing, n-grams, every output layer and tree; writes experiments/morin2005/README.md.
 replicate-morin2005: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/morin2005/run.py
+
+# Mnih & Hinton (2009) on Brown (LBL, HLBL, learned trees) and Mnih & Teh's NCE: resumable; writes experiments/mnih2009/README.md.
+replicate-mnih2009: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/mnih2009/run.py
 
 clean:
 	rm -rf $(VENV) outputs

@@ -1,0 +1,336 @@
+"""Mnih & Hinton (2009) on Brown, Morin & Bengio's protocol (|V| = 10,000), and Mnih & Teh's (2012) NCE
+beside the softmax and importance sampling for the same LBL (issue 27, items 4 and 5).
+
+    make replicate-mnih2009                         # = python experiments/mnih2009/run.py
+    python experiments/mnih2009/run.py --rows lbl,hlbl-random --threads 2
+    python experiments/mnih2009/run.py --rows timing
+    python experiments/mnih2009/run.py --budget-s 3600     # every row stops by then; call again to go on
+    python experiments/mnih2009/run.py --report-only
+
+Rows (conf/experiment/mnih2009/*.yaml; one recipe, so only the output layer differs): the LBL with the
+full softmax, with NCE and with importance sampling; the HLBL (logistic nodes, P(d_i = 1) =
+sigmoid(r_hat . q_i + b_i)) on a random tree, and on the learned trees of the paper: BALANCED,
+ADAPTIVE, ADAPTIVE(0.4) and ADAPTIVE(0.4) x2 and x4 (several codes per word). As in the paper the
+learned trees cluster the predicted representations of a first model trained on a random tree: the
+hlbl-random row's best checkpoint (`tree.bootstrap_checkpoint`), so that row trains first and the
+learned rows wait for it. Every row trains to early stopping (patience PATIENCE; MAX_EPOCHS is a
+safety net). `timing` measures training and test examples per second of the LBL with each output
+layer, side by side on the same Brown windows (interleaved rounds, the best of each kept).
+
+Resumable: a row whose run converged is skipped; a killed row, or one a `--budget-s` stopped before
+it converged (its result says "converged": false), goes on from its last checkpoint on the next call.
+Runs live in outputs/mnih2009/<row>; each result is results/<row>.json; README.md is written from
+INTRO.md and the result files only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import (DATA_DIR, corpus_datamodule, load_result, machine, read_record, run_summary, stopped_by,
+                         train_row, valid_test, write_result)
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+OUT = HERE.parents[1] / "outputs" / "mnih2009"
+MORIN = HERE.parent / "morin2005" / "results"  # the NPLM's rows on the same protocol
+
+LBL, HLBL = ["experiment=mnih2009/lbl"], ["experiment=mnih2009/hlbl"]
+LEARNED = ["tree=learned", "tree.bootstrap=random"]
+SINGLE_CODE = "123-131"  # the issue quotes "learned single-code trees about 131 to 123", not tree by tree
+# row: (overrides, Mnih & Hinton's APNews test perplexity as quoted in issue 27, the experiments/morin2005 NPLM row
+# with the same output layer or tree)
+NETWORKS = {
+    "lbl": (LBL, "117", "nplm"),
+    "lbl-nce": ([*LBL, "head=nce"], "", None),
+    "lbl-importance_sampling": ([*LBL, "head=importance_sampling"], "", "importance_sampling"),
+    "hlbl-random": (HLBL, "151", "hierarchical-random-logistic"),
+    "hlbl-balanced": ([*HLBL, *LEARNED, "tree.split=balanced"], SINGLE_CODE,
+                      "hierarchical-learned-balanced-logistic"),
+    "hlbl-adaptive": ([*HLBL, *LEARNED], SINGLE_CODE, "hierarchical-learned-logistic"),
+    "hlbl-adaptive0.4": ([*HLBL, *LEARNED, "tree.eps=0.4"], SINGLE_CODE,
+                         "hierarchical-learned-eps0.4-logistic"),
+    "hlbl-adaptive0.4-x2": ([*HLBL, *LEARNED, "tree.eps=0.4", "tree.runs=2"], "",
+                            "hierarchical-learned-eps0.4-x2-logistic"),
+    "hlbl-adaptive0.4-x4": ([*HLBL, *LEARNED, "tree.eps=0.4", "tree.runs=4"], "112",
+                            "hierarchical-learned-eps0.4-x4-logistic-unigram-init"),
+}
+FIRST_MODEL = "hlbl-random"  # the learned trees' first model
+SAMPLED = ("lbl", "lbl-nce", "lbl-importance_sampling")  # item 5: the softmax and its two sampled trainings
+TIMED = {"softmax": {"name": "softmax"}, "importance_sampling": {"name": "importance_sampling"},
+         "nce": {"name": "nce"}, "hierarchical (random tree)": {"name": "hierarchical", "node_form": "logistic"}}
+ROWS = ("timing", *NETWORKS)
+MAX_EPOCHS, PATIENCE = 100, 2  # as conf/experiment/mnih2009/base.yaml
+TEST_MARGIN_S = 120  # --budget-s: a row stops training this long before the budget ends (its test pass)
+
+
+# -- training ----------------------------------------------------------------------------------------------
+def converged(record: dict | None) -> bool:
+    """The run ended by early stopping (or at the MAX_EPOCHS safety net), not by a time limit."""
+    history = (record or {}).get("history") or []
+    if (record or {}).get("status") != "finished" or not history:
+        return False
+    return stopped_by(history, PATIENCE) == "early stopping" or len(history) >= MAX_EPOCHS
+
+
+def network_result(row: str, record: dict, overrides: list[str]) -> dict:
+    """What results/<row>.json keeps: valid and test perplexity, epochs, best epoch, what stopped the run,
+    the time per training example, and for the trees their kind and codes per word."""
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
+              "stopped_by": stopped_by(record["history"], PATIENCE), "converged": converged(record)}
+    tokens = (record.get("corpus") or {}).get("train_tokens")
+    if tokens:
+        result["train_us_per_example"] = round(1e6 * result["train_s_per_epoch"] / tokens, 2)
+    if record.get("tree"):
+        tree = record["tree"]
+        result["tree"] = {**tree, "codes_per_word": tree.get("codes_per_word", 1.0)}
+    return result
+
+
+def row_overrides(row: str) -> list[str] | None:
+    """The row's nplm-train overrides; a learned-tree row's first model is the hlbl-random row's best
+    checkpoint, None while that row has not finished."""
+    overrides = list(NETWORKS[row][0])
+    if "tree=learned" in overrides:
+        first = read_record(OUT / FIRST_MODEL)
+        if not first or first.get("status") != "finished" or not first.get("best_checkpoint"):
+            return None
+        overrides.append(f"tree.bootstrap_checkpoint={first['best_checkpoint']}")
+    return overrides
+
+
+def train_network(row: str, threads: int, deadline: float | None, extra: list[str]) -> None:
+    run_dir = OUT / row
+    record = read_record(run_dir)
+    if converged(record):
+        write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0]))
+        print(f"{row}: converged earlier, result rewritten from {run_dir}", flush=True)
+        return
+    overrides = row_overrides(row)
+    if overrides is None:
+        print(f"{row}: skipped, its first model ({FIRST_MODEL}) has not finished", flush=True)
+        return
+    budget = []
+    if deadline is not None:
+        if deadline - time.time() < 2 * TEST_MARGIN_S:
+            print(f"{row}: not started, less than {2 * TEST_MARGIN_S} s of the budget left", flush=True)
+            return
+        budget = [f"stop_at={deadline - TEST_MARGIN_S:.0f}"]
+    # go on from the last checkpoint, whatever stopped it (a kill, or the budget: then stop_at differs)
+    rerun = (run_dir / "checkpoints" / "last.ckpt").exists()
+    record = train_row(row, [*overrides, *extra, *budget, "logger=none"], run_dir, threads, rerun=rerun)
+    if record is not None:
+        result = network_result(row, record, overrides)
+        write_result(RESULTS, row, result)
+        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
+              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+
+
+# -- time per example (item 5) --------------------------------------------------------------------------------
+@functools.cache
+def brown():
+    return corpus_datamodule(LBL)
+
+
+def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int = 3) -> None:
+    """Training (forward, backward, Adam step; batch 256, autograd as nplm-train trains the LBL) and test
+    (exact NLL; batch 1024) examples per second of the recipe's LBL with each output layer."""
+    import torch
+    from hydra import compose, initialize_config_dir
+
+    from nplm.config import CONF_DIR
+    from nplm.heads import build_head
+    from nplm.models import build_model
+    from nplm.optimizers import build_optimizer
+    from nplm.trees import TreeContext, build_tree
+
+    torch.set_num_threads(threads)
+    dm = brown()
+    V, counts = len(dm.vocab), dm.vocab.counts
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        model_cfg = dict(compose(config_name="train", overrides=LBL).model)
+    tree = build_tree({"name": "random"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
+    order = torch.randperm(len(dm.windows["train"]), generator=torch.Generator().manual_seed(0))
+    train_batches = [dm.windows["train"][i] for i in order[: 256 * (steps + warmup)].split(256)]
+    test_batches = [dm.windows["test"][i] for i in torch.arange(1024 * (steps + warmup)).split(1024)]
+
+    def rates(head_cfg: dict) -> tuple[float, float]:
+        torch.manual_seed(0)
+        model = build_model(model_cfg, V)
+        head = build_head(head_cfg, model.feature_dim, V, counts, tree)
+        optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
+        model.train(), head.train()
+        for i, (context, target) in enumerate(train_batches):
+            if i == warmup:
+                start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            head.loss(model(context), target).mean().backward()
+            optimizer.step()
+        train_rate = 256 * steps / (time.perf_counter() - start)
+        model.eval(), head.eval()
+        with torch.no_grad():
+            for i, (context, target) in enumerate(test_batches):
+                if i == warmup:
+                    start = time.perf_counter()
+                head.nll(model(context), target)
+        return train_rate, 1024 * steps / (time.perf_counter() - start)
+
+    best: dict[str, list[float]] = {}
+    for _ in range(rounds):  # interleaved, best of each: robust to other load on the machine
+        for name, head_cfg in TIMED.items():
+            train_rate, test_rate = rates(head_cfg)
+            old = best.get(name, [0.0, 0.0])
+            best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
+    write_result(RESULTS, "timing", {"vocab_size": V, "machine": machine(), "rounds": rounds, "steps": steps,
+                                     "model": model_cfg, "examples_per_s": best,
+                                     "command": "python experiments/mnih2009/run.py --rows timing"})
+
+
+# -- the README -----------------------------------------------------------------------------------------------
+def pct(value: float, reference: float) -> str:
+    return f"{100 * (value / reference - 1):+.1f}%"
+
+
+def tables(results: Path | None = None, morin: Path | None = None) -> str:
+    results, morin = results or RESULTS, morin or MORIN
+    lbl, nplm = load_result(results, "lbl"), load_result(morin, "nplm")
+    lines = ["Perplexity on Brown (Morin & Bengio's protocol; valid / test, test against the same model's full "
+             "softmax; epochs trained / best, * = stopped before early stopping; empty = not run yet):", "",
+             "| row | tree | codes per word | ours valid / test | vs LBL softmax | epochs | stopped by | "
+             "paper, APNews test (as quoted) | NPLM row (morin2005) | NPLM test | NPLM vs its softmax |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|"]
+    for row, (_, paper, nplm_row) in NETWORKS.items():
+        got = load_result(results, row)
+        theirs = load_result(morin, nplm_row) if nplm_row else None
+        tree = (got or {}).get("tree") or {}
+        cells = [row, tree.get("kind", ""), f"{tree['codes_per_word']:.2f}" if tree else "",
+                 valid_test(got["valid"], got["test"], 1) if got else "",
+                 pct(got["test"], lbl["test"]) if got and lbl else "",
+                 f"{got['epochs']} / {got['best_epoch']}{'' if got.get('converged') else '*'}" if got else "",
+                 got.get("stopped_by", "") if got else "", paper, nplm_row or "",
+                 f"{theirs['test']:.1f}" if theirs else "",
+                 pct(theirs["test"], nplm["test"]) if theirs and nplm else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += sampled_table(results) + targets(results, morin)
+    return "\n".join(lines) + "\n"
+
+
+def sampled_table(results: Path) -> list[str]:
+    """Item 5: NCE and importance sampling against the softmax, perplexity and time per example."""
+    lbl, timing = load_result(results, "lbl"), load_result(results, "timing")
+    rows = {r: load_result(results, r) for r in SAMPLED}
+    if not timing and not any(rows.values()):
+        return []
+    out = ["", "The LBL's softmax against its sampled trainings (train s/epoch and µs/example: the whole runs, "
+               "data and validation excluded; examples/s: `--rows timing`, the training step alone"
+           + (f", {timing['machine']}, best of {timing['rounds']} rounds" if timing else "") + "):", "",
+           "| training | ours valid / test | vs softmax | µs / training example (run) | training examples/s "
+           "(timing) | speed-up | test examples/s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    rates = (timing or {}).get("examples_per_s", {})
+    for row, name in zip(SAMPLED, ("softmax", "nce", "importance_sampling")):
+        got, rate = rows[row], rates.get(name)
+        out.append("| " + " | ".join([
+            name, valid_test(got["valid"], got["test"], 1) if got else "",
+            pct(got["test"], lbl["test"]) if got and lbl else "",
+            f"{got['train_us_per_example']:.1f}" if got and "train_us_per_example" in got else "",
+            f"{rate[0]:,.0f}" if rate else "",
+            f"{rate[0] / rates['softmax'][0]:.1f}x" if rate and "softmax" in rates else "",
+            f"{rate[1]:,.0f}" if rate else ""]) + " |")
+    if "hierarchical (random tree)" in rates and "softmax" in rates:
+        rate = rates["hierarchical (random tree)"]
+        out.append(f"| hierarchical (random tree) | | | | {rate[0]:,.0f} | {rate[0] / rates['softmax'][0]:.1f}x | "
+                   f"{rate[1]:,.0f} |")
+    return out
+
+
+def targets(results: Path, morin: Path) -> list[str]:
+    """Issue 27's targets, each from the result files (a target whose rows have not run is listed as such)."""
+    got = {r: load_result(results, r) for r in NETWORKS}
+    lbl, random = got["lbl"], got["hlbl-random"]
+    out = ["", "Targets:", ""]
+    single = {r: g for r, g in got.items() if g and g.get("tree", {}).get("kind") == "learned"
+              and g["tree"]["codes_per_word"] == 1.0}
+    multi = {r: g for r, g in got.items() if g and g.get("tree", {}).get("codes_per_word", 1.0) > 1.0}
+    if random and single:
+        best = min(single, key=lambda r: single[r]["test"])
+        gain = 100 * (1 - single[best]["test"] / random["test"])
+        nplm_random, nplm_learned = load_result(morin, "hierarchical-random-logistic"), load_result(
+            morin, "hierarchical-learned-logistic")
+        nplm = (f"; under the NPLM (experiments/morin2005) the learned tree gains "
+                f"{100 * (1 - nplm_learned['test'] / nplm_random['test']):.1f}%") if nplm_random and nplm_learned else ""
+        out.append(f"- a learned tree at least 10% better than the random tree: {best} {single[best]['test']:.1f} "
+                   f"against {random['test']:.1f}, {gain:.1f}% better ({'met' if gain >= 10 else 'missed'}){nplm}")
+    else:
+        out.append("- a learned tree at least 10% better than the random tree: not measured (rows not run)")
+    if lbl and multi:
+        best = min(multi, key=lambda r: multi[r]["test"])
+        ok = multi[best]["test"] <= lbl["test"]
+        out.append(f"- the best multi-code tree at or below the LBL's softmax: {best} "
+                   f"({multi[best]['tree']['codes_per_word']:.2f} codes per word) {multi[best]['test']:.1f} against "
+                   f"{lbl['test']:.1f}, {pct(multi[best]['test'], lbl['test'])} ({'met' if ok else 'missed'})")
+    else:
+        out.append("- the best multi-code tree at or below the LBL's softmax: not measured (rows not run)")
+    nce, timing = got["lbl-nce"], load_result(results, "timing")
+    if lbl and nce:
+        gap = 100 * (nce["test"] / lbl["test"] - 1)
+        out.append(f"- NCE within 3% of the softmax's perplexity: {nce['test']:.1f} against {lbl['test']:.1f}, "
+                   f"{gap:+.1f}% ({'met' if gap <= 3 else 'missed'})")
+    else:
+        out.append("- NCE within 3% of the softmax's perplexity: not measured (rows not run)")
+    if timing:
+        rates = timing["examples_per_s"]
+        speed = rates["nce"][0] / rates["softmax"][0]
+        out.append(f"- NCE at least 5x faster per training example at 10,000 words: {speed:.1f}x "
+                   f"({'met' if speed >= 5 else 'missed'}; the training step alone, `--rows timing`)")
+    else:
+        out.append("- NCE at least 5x faster per training example: not measured (`--rows timing` not run)")
+    return out
+
+
+def main() -> None:
+    global RESULTS, OUT
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    parser.add_argument("--rerun", action="store_true", help="measure `timing` again though it has a result")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="stop every row by this many seconds after the start (each tests its best checkpoint "
+                             "and records \"converged\": false; the next call goes on)")
+    parser.add_argument("--extra", default="", help="overrides added to every row (a smoke test: "
+                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
+    parser.add_argument("--results", default=str(RESULTS), help="where result files go")
+    parser.add_argument("--runs", default=str(OUT), help="where the rows' run folders go")
+    args = parser.parse_args()
+    chosen = args.rows.split(",") if args.rows else list(ROWS)
+    if unknown := sorted(set(chosen) - set(ROWS)):
+        raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
+    RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
+    deadline = time.time() + args.budget_s if args.budget_s else None
+    if not args.report_only:
+        if FIRST_MODEL in chosen:  # the learned trees' first model trains before them
+            chosen.remove(FIRST_MODEL)
+            chosen.insert(0, FIRST_MODEL)
+        for row in chosen:
+            if row == "timing":
+                if args.rerun or not load_result(RESULTS, "timing"):
+                    measure_timing(args.threads)
+                else:
+                    print("timing: done, skipping (--rerun measures again)")
+            else:
+                train_network(row, args.threads, deadline, args.extra.split())
+    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
+        head, notes = (HERE / "INTRO.md").read_text().split("<!-- tables -->\n")
+        (HERE / "README.md").write_text(head + "\n" + tables() + "\n" + notes)
+    print(tables())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("WANDB_MODE", "offline")
+    main()

@@ -1,0 +1,107 @@
+"""experiments/mnih2009/run.py: its README tables and targets come from the result files alone, the
+learned-tree rows take the random-tree row's model, and the driver runs end to end on a tiny Brown."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_fake_brown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def driver():
+    spec = importlib.util.spec_from_file_location("mnih_run", ROOT / "experiments" / "mnih2009" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def result(folder: Path, row: str, test: float, codes: float | None = None, kind: str = "learned", **extra) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"row": row, "valid": test + 10, "test": test, "epochs": 12, "best_epoch": 10,
+              "stopped_by": "early stopping", "converged": True, **extra}
+    if codes is not None:
+        record["tree"] = {"kind": kind, "codes_per_word": codes}
+    (folder / f"{row}.json").write_text(json.dumps(record))
+
+
+def test_tables_and_targets_come_from_the_result_files(tmp_path):
+    run = driver()
+    ours, morin = tmp_path / "ours", tmp_path / "morin"
+    result(ours, "lbl", 140.0, train_us_per_example=300.0)
+    result(ours, "hlbl-random", 170.0, 1.0, kind="random")
+    result(ours, "hlbl-adaptive", 150.0, 1.0)
+    result(ours, "hlbl-adaptive0.4-x4", 141.4, 4.4)
+    result(ours, "lbl-nce", 143.0, train_us_per_example=40.0)
+    (ours / "timing.json").write_text(json.dumps({"machine": "m", "rounds": 3, "examples_per_s": {
+        "softmax": [1000.0, 5000.0], "nce": [6000.0, 5000.0], "importance_sampling": [4000.0, 5000.0]}}))
+    result(morin, "nplm", 139.5)
+    result(morin, "hierarchical-random-logistic", 171.4)
+    result(morin, "hierarchical-learned-logistic", 166.1)
+    text = run.tables(ours, morin)
+    assert "| hlbl-adaptive | learned | 1.00 | 160.0 / 150.0 | +7.1% | 12 / 10 | early stopping |" in text
+    assert "| 123-131 | hierarchical-learned-logistic | 166.1 | +19.1% |" in text  # the paper's, the NPLM's row
+    assert "| hlbl-balanced |  |  |  |  |  |  | 123-131 |" in text  # not run: empty cells
+    assert "| nce | 153.0 / 143.0 | +2.1% | 40.0 | 6,000 | 6.0x | 5,000 |" in text
+    assert ("- a learned tree at least 10% better than the random tree: hlbl-adaptive 150.0 against 170.0, "
+            "11.8% better (met); under the NPLM (experiments/morin2005) the learned tree gains 3.1%") in text
+    assert ("- the best multi-code tree at or below the LBL's softmax: hlbl-adaptive0.4-x4 (4.40 codes per word) "
+            "141.4 against 140.0, +1.0% (missed)") in text
+    assert "- NCE within 3% of the softmax's perplexity: 143.0 against 140.0, +2.1% (met)" in text
+    assert "6.0x (met" in text
+    empty = run.tables(tmp_path / "none", morin)
+    assert "not measured (rows not run)" in empty and "`--rows timing` not run" in empty
+
+
+def test_learned_rows_wait_for_the_random_rows_model(tmp_path, monkeypatch):
+    run = driver()
+    monkeypatch.setattr(run, "OUT", tmp_path)
+    assert run.row_overrides("hlbl-random") == ["experiment=mnih2009/hlbl"]
+    assert run.row_overrides("hlbl-adaptive0.4-x2") is None  # no first model yet
+    (tmp_path / "hlbl-random").mkdir()
+    (tmp_path / "hlbl-random" / "metrics.json").write_text(json.dumps({"status": "finished",
+                                                                       "best_checkpoint": "/r/best.ckpt"}))
+    assert run.row_overrides("hlbl-adaptive0.4-x2") == [
+        "experiment=mnih2009/hlbl", "tree=learned", "tree.bootstrap=random", "tree.eps=0.4", "tree.runs=2",
+        "tree.bootstrap_checkpoint=/r/best.ckpt"]
+
+
+@pytest.mark.slow
+def test_the_driver_trains_its_rows_on_a_tiny_brown_and_resumes(tmp_path):
+    """The random-tree row first, then a multi-code learned tree from its model, and the LBL; results
+    carry the tree's kind and codes per word, epochs, best epoch and what stopped the run."""
+    nltk_data = make_fake_brown(tmp_path)
+    readme = ROOT / "experiments" / "mnih2009" / "README.md"
+    before = readme.read_text() if readme.exists() else None
+
+    def call(rows: str, epochs: int) -> dict:
+        extra = (f"corpus.nltk_data={nltk_data} corpus.download=false corpus.train_size=0.8 corpus.valid_size=0.1 "
+                 f"paths.data_dir={tmp_path / 'data'} model.embed_dim=8 model.context_size=2 "
+                 f"trainer.max_epochs={epochs} data.batch_size=32")
+        command = [sys.executable, str(ROOT / "experiments" / "mnih2009" / "run.py"), "--rows", rows, "--threads",
+                   "1", "--extra", extra, "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
+        env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}
+
+    got = call("hlbl-adaptive0.4-x2,lbl,hlbl-random", 2)
+    assert sorted(got) == ["hlbl-adaptive0.4-x2", "hlbl-random", "lbl"]
+    assert got["hlbl-random"]["tree"]["kind"] == "random"
+    tree = got["hlbl-adaptive0.4-x2"]["tree"]
+    assert tree["kind"] == "learned" and tree["codes_per_word"] > 1
+    assert "tree.bootstrap_checkpoint=" in got["hlbl-adaptive0.4-x2"]["command"]
+    for row in got.values():
+        assert row["epochs"] == 2 and row["stopped_by"] == "epoch limit" and not row["converged"]
+        assert row["test"] > 1 and row["train_us_per_example"] > 0
+    # not converged: the next call goes on from the row's last checkpoint
+    assert call("lbl", 3)["lbl"]["epochs"] == 3
+    assert (readme.read_text() if readme.exists() else None) == before  # a smoke test's results stay out of it
