@@ -23,8 +23,9 @@ paper's section 3); `summaries=0` with `context_size=window` is a deep NPLM over
 `context_size` is the whole context k (the model reads k previous tokens), `window` its local part w.
 `tie_embeddings=true`: the head's output word vectors are E itself (the paper's tied adaptive
 softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce).
-The paper's WikiText-103 model: d = 410, 16 blocks, hidden 2100 (the first block's 1500), w = 15,
-k = 511, g = 5, dropout 0.2, tied adaptive softmax.
+The paper's WikiText-103 model (conf/experiment/sun2021/wikitext103.yaml): d = 410, 16 blocks,
+hidden 2100 (the first block's 1500), w = 15, k = 511, g = 5, dropout 0.2, the adaptive softmax with
+cutoffs 2e4, 4e4, 2e5 and full-width tails (div_val 1) tied to E.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class ModernNPLM(Model):
         k, w, g, d = cfg.context_size, cfg.window, cfg.summaries, cfg.embed_dim
         self.context_size, self.feature_dim = k, d
         self.E = nn.Embedding(vocab_size, d)  # [V, d]
-        nn.init.normal_(self.E.weight, std=0.01)  # the public code's emb_std, times sqrt(d) on the way in
+        nn.init.normal_(self.E.weight, std=0.02)  # the public code's --emb-std, times sqrt(d) on the way in
         self.scale = d ** 0.5
         self.A = nn.Parameter(torch.full((g, k - w), 1.0 / max(k - w, 1))) if g else None  # [g, k - w]
         self.dropout = nn.Dropout(cfg.dropout)
