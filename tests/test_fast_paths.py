@@ -23,6 +23,7 @@ HEADS = {
     "class_based-tree": ["head=class_based", "head.classes=tree", "tree=balanced"],
     "adaptive": ["head=adaptive"],
     "importance_sampling": ["head=importance_sampling"],
+    "nce": ["head=nce"],
 }
 
 
@@ -78,7 +79,7 @@ def test_static_path_equals_the_grouped_one_with_its_gradient(name, options):
 
 @pytest.mark.parametrize("name,options", [("softmax", {}), ("hierarchical", {}),
                                           ("hierarchical", {"node_form": "logistic"}), ("class_based", {}),
-                                          ("adaptive", {}), ("importance_sampling", {})])
+                                          ("adaptive", {}), ("importance_sampling", {}), ("nce", {})])
 def test_bf16_autocast_nll_is_finite_and_close_to_float32(name, options):
     """trainer.precision=bf16-mixed is torch.autocast(bfloat16): matmul inputs rounded to 8-bit
     mantissas (relative error 2^-9 each), products summed in float32, log-softmax / log-sigmoid and
@@ -132,7 +133,7 @@ def test_batches_are_gathered_on_the_windows_device():
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (experiments/bench/gpu_check.py)")
 ALL_HEADS = [("softmax", {}), ("hierarchical", {}), ("hierarchical", {"node_form": "logistic"}), ("class_based", {}),
-             ("class_based", {"classes": "tree"}), ("adaptive", {}), ("importance_sampling", {})]
+             ("class_based", {"classes": "tree"}), ("adaptive", {}), ("importance_sampling", {}), ("nce", {})]
 
 
 def any_head(name: str, options: dict):

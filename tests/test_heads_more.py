@@ -1,4 +1,4 @@
-"""The class-based, adaptive and importance-sampling heads against their formulas, computed naively."""
+"""The class-based, adaptive, importance-sampling and NCE heads against their formulas, computed naively."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from nplm.heads.class_based import WithinClassNLL, frequency_bins, tree_cut
 from nplm.trees.tree import Tree, balanced_nested
 
 V, F, B = 37, 16, 5
-HEADS = ["class_based", "adaptive", "importance_sampling"]
+HEADS = ["class_based", "adaptive", "importance_sampling", "nce"]
 
 
 def zipf_counts(V: int = V, seed: int = 0) -> list[int]:
