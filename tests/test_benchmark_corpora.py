@@ -297,7 +297,7 @@ def test_a_local_copy_from_the_environment_or_corpus_path(tmp_path, monkeypatch)
     monkeypatch.setattr(PTB, "member_sha256", {s: sha(texts[s].encode()) for s in SPLITS})
     cfg, data_dir = corpus_cfg(tmp_path, "ptb", f"corpus.path={tarball}", "corpus.verify=false")
     assert datamodule(cfg, data_dir).ids["train"].tolist() == dm.ids["train"].tolist()
-    monkeypatch.setattr(id_cache, "_count", None)  # the second run reads neither the tarball nor the text
+    monkeypatch.setattr(id_cache, "_read_split", None)  # the second run reads neither the tarball nor the text
     monkeypatch.setattr(PTB, "_unpack", None)
     assert datamodule(cfg, data_dir).ids["train"].tolist() == dm.ids["train"].tolist()
     with pytest.raises(UserError, match=r"^corpus.path=.*nowhere: no such file or folder; give the folder holding"):
@@ -361,8 +361,8 @@ def test_the_ids_are_built_once_and_memory_mapped_later(tmp_path, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("the text was read again")
 
-    monkeypatch.setattr(id_cache, "_count", never)
-    monkeypatch.setattr(id_cache, "_encode", never)
+    monkeypatch.setattr(id_cache, "_read_split", never)
+    monkeypatch.setattr(id_cache, "_write_ids", never)
     monkeypatch.setattr(id_cache.sources, "sha256", never)  # unchanged files are not even hashed again
     second = datamodule(cfg, data_dir)
     assert not second.id_cache.built and second.id_cache.cache_dir == folder
@@ -391,19 +391,19 @@ def test_a_changed_file_or_setting_rebuilds_the_ids(tmp_path, monkeypatch):
 
 def test_an_interrupted_build_leaves_no_cache(tmp_path, monkeypatch):
     cfg, data_dir, _ = local_ptb(tmp_path)
-    real = id_cache._encode
+    real = id_cache._write_ids
 
-    def fail_on_test(lines, split, *args):
-        if split == "test":
+    def fail_on_test(chunks, remap, path):
+        if path.name == "test.npy":
             raise KeyboardInterrupt
-        return real(lines, split, *args)
+        return real(chunks, remap, path)
 
-    monkeypatch.setattr(id_cache, "_encode", fail_on_test)
+    monkeypatch.setattr(id_cache, "_write_ids", fail_on_test)
     with pytest.raises(KeyboardInterrupt):
         datamodule(cfg, data_dir)
     ids = Path(data_dir) / "ids"
     assert [p.name for p in ids.iterdir() if p.is_dir()] == []
-    monkeypatch.setattr(id_cache, "_encode", real)
+    monkeypatch.setattr(id_cache, "_write_ids", real)
     assert datamodule(cfg, data_dir).id_cache.built
 
 
@@ -428,3 +428,21 @@ def test_nplm_train_on_a_local_ptb_copy(tmp_path, run_train):
     assert result["test/ppl"] > 1
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "finished" and record["corpus"]["vocab_size"] == len(WORDS) + 1
+
+
+@pytest.mark.parametrize("eos,blank_lines", [(True, True), (True, False), (False, True)])
+def test_streamed_ids_are_the_tokens_of_the_text(tmp_path, eos, blank_lines):
+    """Blocks of lines read as the whole text tokenises: blank lines, CRLF, no final newline, <unk>."""
+    text = " a b \r\n \n\nc <unk> a\n d" + " e f" * 3
+    files = {}
+    for s in SPLITS:
+        files[s] = tmp_path / f"{s}.txt"
+        files[s].write_bytes(text.encode())
+    lines = id_cache.LineFiles("t", files, eos=eos, blank_lines=blank_lines)
+    got = id_cache.load_ids(lines, {"unk": "<unk>"}, tmp_path / "data")
+    expected = lines.tokens(text)
+    assert got.vocab.decode(got.ids["train"]) == expected
+    assert got.tokens["train"] == len(expected)
+    assert got.stats["train"]["words"] == len(text.split()) and got.stats["train"]["lines"] == 5
+    assert got.oov_rate["valid"] == pytest.approx(1 / len(expected))
+    assert got.vocab.counts == [expected.count(t) for t in got.vocab.tokens]

@@ -1,11 +1,12 @@
 """Tokenised once: a corpus read line by line into token-id streams, cached under `paths.data_dir`.
 
-A corpus whose splits are text files (`Corpus.line_files`: ptb, wikitext2, wikitext103) is read twice,
-streamed a block of lines at a time: once to count the tokens of every split (the vocabulary, the
-statistics checked against the published ones), once to write each split's ids straight into an
-int64 `.npy` file. Memory is bounded by the id arrays and the counts, never by the text: WikiText-103's
-103 million training tokens are 826 MB of ids, where a Python list of its token strings would take
-several GB.
+A corpus whose splits are text files (`Corpus.line_files`: ptb, wikitext2, wikitext103) is read once,
+streamed a block of lines at a time: each token becomes a provisional id (the order of first appearance,
+one dictionary lookup per token), kept as int32 arrays; their counts give the statistics checked against
+the published ones and the vocabulary, and each split's final ids are then written, through one
+provisional -> vocabulary id table, into an int64 `.npy` file. Memory is bounded by the id arrays and
+the vocabulary, never by the text: WikiText-103's 103 million training tokens are 413 MB of provisional
+and 826 MB of final ids, where a Python list of its token strings would take several GB.
 
 The arrays, the vocabulary and the statistics go to `<data_dir>/ids/<corpus>-<key>/`, the key a hash
 of the split files' SHA-256, the tokenisation settings and the vocabulary settings (or the given
@@ -29,7 +30,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -152,44 +153,51 @@ def _open_ids(path: Path) -> torch.Tensor:
 
 
 def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, material: dict, folder: Path) -> None:
-    """Count, make the vocabulary, encode every split into a temporary folder, rename it to `folder`."""
-    counters: dict[str, Counter] = {}
-    stats: dict[str, dict] = {}
+    """Read every split once into provisional ids (`_read_split`), make the vocabulary from their
+    counts, then write each split's final ids into a temporary folder renamed to `folder`."""
+    start = time.perf_counter()
+    first_seen = defaultdict(itertools.count().__next__)  # token -> provisional id, in order of appearance
+    read, stats = {}, {}
     for split in lines.files:
-        counters[split], stats[split] = _count(lines, split)
-    if lines.check is not None:  # refuse wrong files before spending time encoding them
+        read[split], stats[split] = _read_split(lines, split, first_seen)
+    if lines.check is not None:  # refuse wrong files before spending time on them
         lines.check(stats)
+    seconds = {"read": time.perf_counter() - start}
+    tokens = list(first_seen)  # provisional id -> token
+    n = len(tokens)
+    counts = {split: _counts(chunks, n) for split, chunks in read.items()}  # provisional id -> count
     if vocab is None:
-        source = corpus_cfg.get("vocab_from", "train")
-        counted = Counter()
-        for split in (["train"] if source == "train" else list(lines.files)):
-            counted.update(counters.get(split, {}))
-        vocab = Vocabulary.from_counts(counted, min_count=int(corpus_cfg.get("min_count", 1)),
+        source = ["train"] if corpus_cfg.get("vocab_from", "train") == "train" else list(lines.files)
+        counted = sum((counts[s] for s in source if s in counts), np.zeros(n, dtype=np.int64))
+        vocab = Vocabulary.from_counts(Counter({t: int(c) for t, c in zip(tokens, counted) if c}),
+                                       min_count=int(corpus_cfg.get("min_count", 1)),
                                        max_vocab=corpus_cfg.get("max_vocab"), unk=corpus_cfg.get("unk", UNK),
                                        order=corpus_cfg.get("order", "frequency"))
-        train = counters.get("train", Counter())
-        counts = [train.get(tok, 0) for tok in vocab.tokens]  # = bincount of the training ids
-        if vocab.unk is not None:
-            counts[vocab.unk_id] = sum(train.values()) - sum(c for i, c in enumerate(counts) if i != vocab.unk_id)
-        vocab.counts = counts
-    elif vocab.unk is None:
-        for split, counter in counters.items():
-            missing = next((t for t in counter if t not in vocab.index), None)
-            if missing is not None:
-                raise UserError(f"token {missing!r} of the {split} split is not in the vocabulary and it has no "
-                                "<unk> entry")
-    oov = {}
-    for split, counter in counters.items():
-        total = sum(counter.values())
-        unknown = sum(c for tok, c in counter.items() if tok not in vocab.index or tok == vocab.unk)
-        oov[split] = unknown / total if total else 0.0
+    unk = vocab.unk_id
+    remap = np.array([vocab.index.get(t, -1) for t in tokens], dtype=np.int64)  # provisional id -> vocabulary id
+    missing = remap < 0
+    if missing.any() and unk is None:
+        split = next(s for s in read if counts[s][missing].any())
+        bad = tokens[int(np.flatnonzero(missing & (counts[split] > 0))[0])]
+        raise UserError(f"token {bad!r} of the {split} split is not in the vocabulary and it has no <unk> entry")
+    remap[missing] = unk if unk is not None else 0
+    if material["vocabulary"].get("given") is None:  # built here: training-split counts (bincount of its ids)
+        vocab.counts = np.bincount(remap, weights=counts.get("train", np.zeros(n)), minlength=len(vocab)
+                                   ).astype(np.int64).tolist()
+    is_unknown = missing.copy()
+    if unk is not None:
+        is_unknown |= remap == unk  # a literal <unk> counts as out of vocabulary, as Vocabulary.oov_rate
+    oov = {split: float(c[is_unknown].sum() / c.sum()) if c.sum() else 0.0 for split, c in counts.items()}
+    seconds["vocabulary"] = time.perf_counter() - start - seconds["read"]
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
     try:
         for split in SPLITS:
-            _encode(lines, split, vocab, stats.get(split, {}).get("tokens", 0), tmp / f"{split}.npy")
+            _write_ids(read.get(split, []), remap, tmp / f"{split}.npy")
         (tmp / "vocab.json").write_text(json.dumps(vocab.to_dict()))
-        (tmp / "meta.json").write_text(json.dumps({**material, "stats": stats, "oov_rate": oov}, indent=1))
+        seconds["write"] = time.perf_counter() - start - seconds["read"] - seconds["vocabulary"]
+        (tmp / "meta.json").write_text(json.dumps({**material, "stats": stats, "oov_rate": oov,
+                                                   "build_seconds": seconds}, indent=1))
         if folder.exists():  # a cache without meta.json: an older, unfinished one
             shutil.rmtree(folder)
         tmp.rename(folder)
@@ -197,49 +205,58 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _count(lines: LineFiles, split: str) -> tuple[Counter, dict]:
-    """Token counts of one split, and its statistics: whitespace words, lines (blank ones included),
-    tokens (words and `<eos>`), and the distinct words plus one for `<eos>`."""
-    counter: Counter = Counter()
-    words = n_lines = blank = 0
+def _read_split(lines: LineFiles, split: str, first_seen: defaultdict) -> tuple[list[np.ndarray], dict]:
+    """One pass over a split file: its tokens as provisional ids (`first_seen`: one dictionary lookup
+    per token, in C), a list of int32 arrays, one per block of lines; and its statistics: whitespace
+    words, lines (blank ones included), tokens (words and `<eos>`), and distinct words plus one for
+    `<eos>` (the published |V|)."""
+    chunks: list[np.ndarray] = []
+    words = n_lines = eos = 0
+    lookup = first_seen.__getitem__
     for block in lines.blocks(split):
-        text = "".join(block)
-        pieces = (text.lower() if lines.lowercase else text).split()
-        counter.update(pieces)
-        words += len(pieces)
         n_lines += len(block)
-        blank += sum(1 for line in block if line.isspace() or not line)
-    types = len(counter) + (EOS not in counter)
-    eos = (n_lines if lines.blank_lines else n_lines - blank) if lines.eos else 0
-    if eos:
-        counter[EOS] += eos
-    return counter, {"words": words, "lines": n_lines, "tokens": words + eos, "types": types}
+        text = "".join(block)
+        if lines.lowercase:
+            text = text.lower()
+        if lines.eos and lines.blank_lines:  # every line ends in <eos>: one replace, one split
+            pieces = text.replace("\n", f" {EOS} ").split()
+            added = text.count("\n")
+            if not text.endswith("\n"):  # the file's last line, without a newline
+                pieces.append(EOS)
+                added += 1
+        elif lines.eos:  # <eos> after the lines with words only
+            pieces = [tok for line in block for tok in lines._line(line)]
+            added = sum(1 for line in block if line.split())
+        else:
+            pieces, added = text.split(), 0
+        words += len(pieces) - added
+        eos += added
+        chunks.append(np.fromiter(map(lookup, pieces), dtype=np.int32, count=len(pieces)))
+    seen = _counts(chunks, len(first_seen)) > 0
+    eos_id = first_seen.get(EOS)  # (.get: no new entry)
+    types = int(seen.sum()) + (0 if eos_id is not None and seen[eos_id] else 1)  # the words and <eos>
+    return chunks, {"words": words, "lines": n_lines, "tokens": words + eos, "types": types}
 
 
-def _encode(lines: LineFiles, split: str, vocab: Vocabulary, n: int, path: Path) -> None:
-    """Write `split`'s ids into the int64 array file `path` ([n]), block by block."""
-    if split not in lines.files or n == 0:
+def _counts(chunks: list[np.ndarray], n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    for c in chunks:
+        out += np.bincount(c, minlength=n)
+    return out
+
+
+def _write_ids(chunks: list[np.ndarray], remap: np.ndarray, path: Path) -> None:
+    """The final ids of one split (provisional ids through `remap`) written into the int64 array file
+    `path`, chunk by chunk."""
+    n = sum(len(c) for c in chunks)
+    if n == 0:
         np.save(path, np.zeros(0, dtype=np.int64))
         return
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(n,))
-    index, unk = vocab.index, vocab.unk_id
     pos = 0
-    for block in lines.blocks(split):
-        if lines.eos:
-            tokens: list[str] = []
-            for line in block:
-                tokens += lines._line(line)
-        else:
-            text = "".join(block)
-            tokens = (text.lower() if lines.lowercase else text).split()
-        if unk is None:
-            ids = np.fromiter(map(index.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-        else:
-            ids = np.fromiter(map(index.get, tokens, itertools.repeat(unk)), dtype=np.int64, count=len(tokens))
-        out[pos:pos + len(ids)] = ids
-        pos += len(ids)
-    if pos != n:
-        raise UserError(f"{lines.files[split]}: changed while it was read ({pos:,} tokens, {n:,} counted); run again")
+    for c in chunks:
+        np.take(remap, c, out=out[pos:pos + len(c)])
+        pos += len(c)
     out.flush()
     del out
 
