@@ -58,8 +58,16 @@ def compose_cfg(tmp_path: Path, *overrides: str):
 
 @pytest.fixture
 def run_train(tmp_path):
+    """`run(*overrides) -> metrics`: a run in `tmp_path/run`. A second call trains a run of its own in
+    `tmp_path/call2/run` (then call3, ...): `train` skips a finished run in its folder, so sharing one
+    would hand back the first run's metrics. A call with `resume=...` goes on in the first folder."""
+    calls = []
+
     def run(*overrides: str) -> dict:
-        return train(compose_cfg(tmp_path, *overrides))
+        calls.append(overrides)
+        resuming = any(o.startswith("resume=") for o in overrides)
+        folder = tmp_path if len(calls) == 1 or resuming else tmp_path / f"call{len(calls)}"
+        return train(compose_cfg(folder, *overrides))
 
     return run
 

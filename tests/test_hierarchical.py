@@ -12,7 +12,10 @@ from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.hierarchical import HierarchicalHead
 from nplm.cli.predict import predict
+from nplm.training.train import train
 from nplm.trees.tree import Tree, balanced_nested
+
+from conftest import compose_cfg
 
 # An unbalanced tree over 6 words: ((0, (1, 2)), (3, (4, 5)))... made deeper on one side.
 NESTED = ((0, (1, (2, 3))), (4, 5))
@@ -107,7 +110,7 @@ def test_tree_from_another_vocabulary_is_refused(run_train, tmp_path):
 
 
 def test_tree_with_a_head_that_uses_none_warns(run_train, caplog):
-    from conftest import TOY_FAST
+    from conftest import compose_cfg, TOY_FAST
 
     run_train(*TOY_FAST, "tree=balanced")
     assert "tree=balanced has no effect with head=softmax, which uses no tree" in caplog.text
@@ -136,8 +139,8 @@ def test_learned_tree_killed_in_phase_one_goes_on_from_its_checkpoint(run_train,
     for path in (boot / "word_vectors.pt", boot / "learned_tree.json", run / "metrics.json"):
         path.unlink()
     (run / "checkpoints" / "last.ckpt").unlink()
-    run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2", "trainer.max_epochs=1",
-              "tree.split=adaptive", "tree.eps=0.2")
+    train(compose_cfg(tmp_path, "experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2",  # the same folder
+                      "trainer.max_epochs=1", "tree.split=adaptive", "tree.eps=0.2"))
     again = json.loads((boot / "metrics.json").read_text())
     assert again["status"] == "finished" and len(again["history"]) == 2  # epoch 1 kept, epoch 2 trained
     assert Tree.load(run / "tree.json").stats()["codes_per_word"] >= 1.0
