@@ -156,3 +156,24 @@ def test_mean_loss_backward_takes_the_fast_path_where_possible(monkeypatch):
     adaptive = build_head({"name": "adaptive"}, net.feature_dim, V, [V - i for i in range(V)])
     loss = backprop.mean_loss_backward(net, adaptive, context, target)
     assert calls == [1] and not loss.requires_grad and net.H.weight.grad.abs().sum() > 0
+
+
+def test_where_torch_does_not_show_gradient_hooks_the_gradients_come_from_autograd(monkeypatch):
+    """`possible` reads the parameters' gradient hooks from private tensor attributes; `hooks_visible`
+    checks once that this torch shows them. Forced to say no (as on a torch that hides them), nothing
+    is computed by hand and the loss and gradients are autograd's: the by-hand ones to float32 rounding."""
+    assert backprop.hooks_visible()  # this torch: the fast path is live
+    context, target = batch()
+    results = []
+    for visible in (True, False):
+        if not visible:
+            monkeypatch.setattr(backprop, "hooks_visible", lambda: False)
+        net, head = parts()
+        assert backprop.possible(net, head) is visible
+        torch.manual_seed(5)
+        nll = backprop.mean_loss_backward(net, head, context, target)
+        results.append((nll, [p.grad for p in [*net.parameters(), *head.parameters()]]))
+    (nll_hand, grads_hand), (nll_auto, grads_auto) = results
+    torch.testing.assert_close(nll_auto, nll_hand, rtol=1e-6, atol=1e-7)
+    for a, b in zip(grads_auto, grads_hand):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

@@ -187,3 +187,58 @@ def test_logged_steps_count_optimizer_steps_under_accumulation(tmp_path):
     # no value written twice; the first epoch-end window is the sixth (the second is empty)
     assert len(losses) == len(set(losses)) == 6
     assert max(int(r["step"]) for r in rows) == 10  # the epoch rows: after 2 epochs of 5 optimizer steps
+
+
+def test_without_lightnings_loop_counters_the_training_is_the_same(tmp_path, monkeypatch):
+    """Lightning's count of optimizer steps and its loggers' step axis have no public API
+    (`nplm.training.module.lightning_counter`). Forced missing: every optimizer step goes through
+    `LightningOptimizer.step`, and the run is the same bit for bit (weights, global step, perplexities,
+    the logged training losses and their steps); only the epoch-end rows keep Lightning's own axis."""
+    from pytorch_lightning.core.optimizer import LightningOptimizer
+
+    from nplm.training import module as lit
+
+    overrides = ("logger=csv", "steps_per_execution=4", "trainer.log_every_n_steps=5")
+    runs, real = [], LightningOptimizer.step
+    for counters in (True, False):
+        monkeypatch.setattr(lit, "LIGHTNING_COUNTERS", counters)
+        calls = []
+        monkeypatch.setattr(LightningOptimizer, "step", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+        folder = tmp_path / str(counters)
+        metrics = _train(folder, *overrides)
+        rows = list(csv.DictReader(open(next((folder / "run").rglob("csv/**/metrics.csv")))))
+        losses = [(int(r["step"]), r["train/loss"]) for r in rows if r.get("train/loss") and not r.get("epoch")]
+        runs.append((metrics, _checkpoint(folder), losses, len(calls)))
+    (fast, fast_ckpt, fast_losses, fast_calls), (plain, plain_ckpt, plain_losses, plain_calls) = runs
+    assert (fast_calls, plain_calls) == (0, 30)  # 2 epochs of 15 batches
+    assert plain_ckpt["global_step"] == fast_ckpt["global_step"] == 30
+    for key, value in fast_ckpt["state_dict"].items():
+        assert torch.equal(plain_ckpt["state_dict"][key], value), key
+    for key in ("val/ppl_best", "test/ppl", "train/ppl"):
+        assert plain[key] == fast[key], key
+    assert plain_losses == fast_losses and len(fast_losses) == 6
+
+
+def test_without_lightnings_epoch_progress_the_batches_are_the_same(tmp_path, monkeypatch):
+    """The training sampler shuffles for the epoch Lightning gives its own samplers (its epoch progress,
+    not a public API: `nplm.data.datamodule.training_epoch`). Forced missing, it takes
+    `trainer.current_epoch`: the same epochs 0 and 1 and the same run bit for bit."""
+    from nplm.data import datamodule
+
+    real = datamodule.training_epoch
+    runs = []
+    for available in (True, False):
+        monkeypatch.setattr(datamodule, "LIGHTNING_EPOCH_PROGRESS", available)
+        epochs = []
+
+        def spy(trainer, epochs=epochs):
+            epoch = real(trainer)
+            return lambda: epochs.append(epoch()) or epochs[-1]
+
+        monkeypatch.setattr(datamodule, "training_epoch", spy)
+        folder = tmp_path / str(available)
+        runs.append((_train(folder), _checkpoint(folder)["state_dict"], epochs))
+    (fast, fast_weights, fast_epochs), (plain, plain_weights, plain_epochs) = runs
+    assert fast_epochs == plain_epochs == [0, 1]
+    assert all(torch.equal(plain_weights[key], value) for key, value in fast_weights.items())
+    assert (plain["val/ppl_best"], plain["test/ppl"]) == (fast["val/ppl_best"], fast["test/ppl"])

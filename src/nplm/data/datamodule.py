@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytorch_lightning as pl
 import torch
@@ -20,6 +21,23 @@ from nplm.errors import UserError
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
+
+# The epoch a training sampler shuffles for is the one Lightning gives its own samplers,
+# `trainer.fit_loop.epoch_progress.current.processed`: not a public API. It differs from the public
+# `trainer.current_epoch` right after resuming from a checkpoint taken at the end of an epoch, where
+# `current_epoch` still names the epoch before while Lightning draws the first batches. `training_epoch`
+# checks once per loader that it is there; where it is not (or LIGHTNING_EPOCH_PROGRESS is False: the
+# tests force it so) the sampler takes `trainer.current_epoch`: the same runs, except that a run resumed
+# from an epoch's end repeats that epoch's order once.
+LIGHTNING_EPOCH_PROGRESS = True
+
+
+def training_epoch(trainer: pl.Trainer) -> Callable[[], int]:
+    """The epoch being trained, read when a training epoch's batches are drawn."""
+    progress = getattr(getattr(trainer, "fit_loop", None), "epoch_progress", None)
+    if LIGHTNING_EPOCH_PROGRESS and hasattr(getattr(progress, "current", None), "processed"):
+        return lambda: trainer.fit_loop.epoch_progress.current.processed
+    return lambda: trainer.current_epoch
 
 
 @dataclass
@@ -147,7 +165,7 @@ class LMDataModule(pl.LightningDataModule):
             trainer = self.trainer
             # the epoch being trained, as Lightning counts it for its own samplers (right after a resume too)
             rank, world = trainer.global_rank, trainer.world_size
-            epoch_fn = lambda: trainer.fit_loop.epoch_progress.current.processed  # noqa: E731
+            epoch_fn = training_epoch(trainer)
             device = trainer.strategy.root_device
         # On a GPU: the stream copied to the device once per split, batches gathered there.
         if (split, device) not in self._on_device:

@@ -17,6 +17,8 @@ GPUs, autocast, torch.compile, hooks on the parameters, several processes).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -29,11 +31,31 @@ def accumulate_grad(param: torch.Tensor, grad: torch.Tensor) -> None:
         param.grad += grad
 
 
+@functools.cache
+def hooks_visible() -> bool:
+    """Whether this torch shows the hooks registered on a tensor's gradient (`register_hook`,
+    `register_post_accumulate_grad_hook`) in the tensor's `_backward_hooks` and
+    `_post_accumulate_grad_hooks`: private attributes, with no public way to ask. Checked once, on a
+    probe tensor; where it does not, `possible` says no and training goes through autograd."""
+    probe = torch.zeros(1, requires_grad=True)
+    try:
+        if probe._backward_hooks or probe._post_accumulate_grad_hooks:
+            return False
+        probe.register_hook(lambda grad: grad)
+        probe.register_post_accumulate_grad_hook(lambda param: None)
+        return bool(probe._backward_hooks) and bool(probe._post_accumulate_grad_hooks)
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def possible(model: nn.Module, head: nn.Module) -> bool:
     """Whether `train_loss` computes the gradients autograd would: both parts can, and nothing is
-    listening to the parameters' autograd (tensor hooks) or frozen."""
+    listening to the parameters' autograd (tensor hooks; where torch does not show them,
+    `hooks_visible`, never) or frozen."""
+    if not hooks_visible():
+        return False
     params = [*model.parameters(), *head.parameters()]
-    listened = any(p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None) for p in params)
+    listened = any(p._backward_hooks or p._post_accumulate_grad_hooks for p in params)
     return (model.can_backprop_by_hand() and head.can_backprop_by_hand() and not listened
             and all(p.requires_grad for p in params))
 
