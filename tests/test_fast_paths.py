@@ -32,6 +32,7 @@ def one_epoch(run_train, *overrides) -> dict:
     return {k: metrics[k] for k in ("train/ppl", "train/ppl_sampled", "val/ppl") if k in metrics}
 
 
+@pytest.mark.slow  # torch.compile of every head: seconds each
 @pytest.mark.parametrize("head", list(HEADS))
 def test_compile_true_trains_every_head_as_eager_does(run_train, monkeypatch, head):
     """fullgraph=True: a graph break (or a data-dependent branch) fails the run. The capture goes
