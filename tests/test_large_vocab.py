@@ -117,3 +117,35 @@ def test_sparse_rows_update_only_the_batchs_nodes():
 def test_nplm_train_with_sparse_heads_and_c(run_train, head):
     metrics = run_train(*TOY_FAST, "model.sparse_embeddings=true", *head)
     assert metrics["test/ppl"] < 30  # 20 toy sentences memorised to some degree in two epochs
+
+
+# -- an epoch's order at 100 million windows ---------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 1000, 4097, 65_537])
+def test_keyed_permutation_is_a_bijection(n):
+    from nplm.data.windows import KeyedPermutation
+
+    perm = KeyedPermutation(n, torch.Generator().manual_seed(n))
+    assert sorted(perm(torch.arange(n)).tolist()) == list(range(n))
+    assert perm(torch.arange(n)).tolist() == KeyedPermutation(n, torch.Generator().manual_seed(n))(torch.arange(n)).tolist()
+
+
+def test_large_epochs_are_shuffled_batch_by_batch(monkeypatch):
+    """Above LAZY_SHUFFLE windows the order is a KeyedPermutation: every window once, reproducible
+    from seed and epoch, another order each epoch, disjoint shards across ranks."""
+    from nplm.data import windows
+
+    monkeypatch.setattr(windows, "LAZY_SHUFFLE", 1000)
+    n = 5003
+    sampler = windows.BatchIndices(n, 64, shuffle=True, seed=7)
+    epoch0 = torch.cat(list(sampler))
+    assert sorted(epoch0.tolist()) == list(range(n)) and len(list(sampler)) == len(sampler)
+    assert not torch.equal(epoch0, torch.arange(n))
+    assert torch.equal(epoch0, torch.cat(list(windows.BatchIndices(n, 64, shuffle=True, seed=7))))
+    sampler.set_epoch(1)
+    assert not torch.equal(epoch0, torch.cat(list(sampler)))
+    shards = [torch.cat(list(windows.BatchIndices(n, 64, True, seed=1, rank=r, world_size=2))) for r in (0, 1)]
+    assert not set(shards[0].tolist()) & set(shards[1].tolist())
+    assert len(shards[0]) == len(shards[1])
+    grouped = list(windows.GroupedBatches(windows.BatchIndices(n, 64, True, seed=7), 16, limit=50))
+    assert [len(g) for g in grouped] == [16, 16, 16, 2]
+    assert torch.equal(torch.cat([b for g in grouped for b in g]), epoch0[: 50 * 64])
