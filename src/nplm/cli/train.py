@@ -121,7 +121,8 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     rest = argv[1:] if multirun else argv
     if any(a.startswith("-") for a in rest):  # --cfg, --hydra-help, ...: Hydra's own modes
         return
-    overrides = [a for a in rest if "=" in a and not a.lstrip("+~").startswith("hydra")]
+    folders = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra's own keys that are checked here (check_run_folder)
+    overrides = [a for a in rest if "=" in a and (not a.lstrip("+~").startswith("hydra") or a.split("=")[0] in folders)]
     if multirun:  # the first value of each plain list; sweep functions (range, choice, ...) left out
         firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}
         overrides = [a.split("=", 1)[0] + "=" + first[0] if (first := firsts[a]) else a
@@ -148,6 +149,7 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         where = f"{group}={chosen.get('name')}" if chosen.get("name") else f"the chosen {group}"
         hint = f"; it is a key of {group}={'/'.join(holders)}: add {group}={holders[0]}" if holders else ""
         raise UserError(f"{arg}: not a key of {where}{hint}") from None
+    check_run_folder(cfg, multirun)
     if multirun:
         return
     # Every value against the schema now, in half a second, rather than after torch and Lightning load.
@@ -161,6 +163,31 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         del cfg["hydra"]
         cfg.paths.output_dir = "<the run folder Hydra makes>"  # runtime.output_dir exists only in a run
     validate(cfg)
+
+
+def check_run_folder(cfg, multirun: bool) -> None:
+    """The folder Hydra is about to make (hydra.run.dir, or hydra.sweep.dir of a multirun): refused
+    in one line if it cannot be made or written (tried for real, `nplm.files.folder_problem`), or,
+    for a single run, if another nplm-train is writing it now (`nplm.tracking.lock`), before Hydra
+    writes anything into it."""
+    from omegaconf import OmegaConf
+
+    from nplm.files import folder_problem
+    from nplm.tracking.lock import holder
+
+    if not OmegaConf.has_resolver("nplm_uid"):  # registered for the real run by _run_jobs
+        OmegaConf.register_new_resolver("nplm_uid", lambda: "000000")
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        folder = str(OmegaConf.select(cfg, key))
+    except Exception:  # an interpolation only Hydra's run can resolve: Hydra reports it
+        return
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise UserError(f"{key}={folder}: {problem}" + ("" if ";" in problem else f"; give {key} a folder you can write"))
+    busy = None if multirun else holder(folder)
+    if busy is not None:
+        raise UserError(busy)
 
 
 def option_help(group: str, option: str) -> str:

@@ -81,6 +81,33 @@ def mark_started(out_dir: Path, cfg: DictConfig, overrides: list[str]) -> None:
                                           "command": " ".join(sys.argv), "overrides": overrides, "metrics": {}})
 
 
+def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep: bool) -> None:
+    """Refuse a run whose data files are not what its related runs read (their sha256 in metrics.json),
+    naming the file: `resuming`, the run's own record in `run_dir` (a file edited, replaced or gone
+    since the run started); `sweep`, the other jobs of its sweep (the folders beside `run_dir`), so a
+    sweep's rows compare models on the same data. A file of the same content under another path (a
+    moved cache) is the same data."""
+    now = set(files.values())
+    runs = [run_dir] if resuming else []
+    if sweep and run_dir.parent.is_dir():
+        runs += sorted(p for p in run_dir.parent.iterdir() if p.is_dir() and p != run_dir)
+    for run in runs:
+        try:
+            stored = json.loads((run / "metrics.json").read_text()).get("data_files") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        which = "this run" if run == run_dir else f"job {run.name} of this sweep"
+        for name, digest in stored.items():
+            if files.get(name, digest) == digest and (name in files or digest in now or run != run_dir):
+                continue
+            if name in files:
+                raise UserError(f"{name}: changed since {which} read it ({run}: sha256 {digest[:12]}..., now "
+                                f"{files[name][:12]}...); put the file back as it was, or start a new run "
+                                "(a new sweep) on the new data")
+            raise UserError(f"{name}: {which} was trained on that file ({run}) and this run reads no file with "
+                            f"its content (sha256 {digest[:12]}...); put it back, or start a new run on the new data")
+
+
 class RunRecord:
     """Owns `metrics.json` and `config.yaml` of one run directory (written by rank 0 only)."""
 

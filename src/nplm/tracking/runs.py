@@ -26,6 +26,7 @@ import socket
 from pathlib import Path
 
 from nplm.errors import UserError
+from nplm.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,8 @@ def observed_status(run_dir: Path, record: dict | None) -> str | None:
     if record is None or record.get("status") != "running" or process_alive(record) is not False:
         return None if record is None else record.get("status")
     if _last_checkpoint(run_dir) is None and record.get("checkpoint", "?") is not None:
-        path = run_dir / "metrics.json"
-        tmp = path.with_suffix(".tmp")  # written whole, then renamed over the old record
-        tmp.write_text(json.dumps({**record, "status": "killed", "checkpoint": None,
-                                   "error": "killed before its first checkpoint"}, indent=2) + "\n")
-        tmp.replace(path)
+        atomic_write(run_dir / "metrics.json", json.dumps({**record, "status": "killed", "checkpoint": None,
+                                                           "error": "killed before its first checkpoint"}, indent=2) + "\n")
     return "killed"
 
 

@@ -18,12 +18,15 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
-from nplm.errors import UserError
+from nplm.errors import UserError, WriteError
 from nplm.tracking.quiet import quiet
-from nplm.tracking.records import EpochHistory, RunRecord, build_loggers, finish_wandb, mark_started, write_json
+from nplm.tracking.lock import RunLock
+from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
+                                   write_json)
 from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
+from nplm.training.memory import check_memory
 from nplm.training.module import LanguageModel
 from nplm.training.process import set_up_process
 from nplm.training.trainer import build_trainer
@@ -49,7 +52,9 @@ def train(cfg: DictConfig) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics.
 
     A `UserError` (bad config value, bad data, a NaN loss) removes the job's run directory, so a
-    mistake never leaves a half-written run behind; any other failure marks metrics.json "failed".
+    mistake never leaves a half-written run behind, except a `WriteError` (a full disk) once the run
+    has a checkpoint: that stays, to be continued; any other failure marks metrics.json "failed".
+    One process writes a run folder at a time (`nplm.tracking.lock`): a second is refused.
     """
     quiet(bool(cfg.get("verbose")))
     fresh = Path(cfg.paths.output_dir)  # this invocation's folder; a resumed run goes on in its own
@@ -71,16 +76,22 @@ def train(cfg: DictConfig) -> dict:
     if done is not None:
         log.info("skipping %s: already finished", done["dir"])
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
-    if ckpt is None:
-        clear_outputs(out_dir)  # a failed job's earlier attempt
-        if rank_zero_only.rank == 0:
-            mark_started(out_dir, cfg, overrides)
+    lock = RunLock(out_dir) if rank_zero_only.rank == 0 else None  # a second writer is refused: nothing touched
     try:
+        if ckpt is None:
+            clear_outputs(out_dir)  # a failed job's earlier attempt
+            if rank_zero_only.rank == 0:
+                mark_started(out_dir, cfg, overrides)
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
         finish_wandb(failed=True)
-        _fail_fresh_job(fresh, overrides, err, remove=ckpt is None or not ckpt.is_relative_to(fresh))
+        # a full disk after a checkpoint: the run stays, to be continued (its record says why it stopped)
+        kept = isinstance(err, WriteError) and any((out_dir / "checkpoints").glob("*.ckpt"))
+        _fail_fresh_job(fresh, overrides, err, remove=not kept and (ckpt is None or not ckpt.is_relative_to(fresh)))
         raise
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
@@ -105,10 +116,12 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0))
     dm.setup()
+    check_same_data(out_dir, dm.files, resuming=ckpt is not None, sweep=is_multirun())
     dm.require_batches(cfg.trainer)
     plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
     dm.group_training(plan.batches_per_step, plan.train_batches)
     tree = tree_of_run(cfg, dm, out_dir, train_first=_train)
+    check_memory(cfg, dm.vocab.to_dict(), tree.to_dict() if tree is not None else None)  # before allocating
     module = LanguageModel(container(cfg.model), container(cfg.head), container(cfg.optimizer),
                            dm.vocab.to_dict(), data={"corpus": container(cfg.corpus), **container(cfg.data)},
                            tree=tree.to_dict() if tree is not None else None)
@@ -149,7 +162,12 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                  f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
         failed = False
         return metrics
-    except UserError:
+    except UserError as err:
+        if isinstance(err, WriteError):  # a full disk: the checkpoints stay; the record says why, if it can
+            try:
+                record.fail(err)
+            except WriteError:
+                pass
         raise
     except BaseException as err:
         record.fail(err)
