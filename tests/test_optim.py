@@ -10,7 +10,7 @@ from torch import nn
 
 from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
-from nplm.optimizers import build_optimizer
+from nplm.optimizers import build_optimizer, lazy
 from nplm.optimizers.lazy import step_without_profiler
 from conftest import TOY_FAST
 
@@ -42,11 +42,17 @@ def test_lazy_update_equals_the_dense_one_when_every_row_is_in_every_batch(name)
     torch.testing.assert_close(sparse[1].weight, dense[1].weight, atol=1e-6, rtol=1e-5)  # dense params as before
 
 
+@pytest.mark.parametrize("kernels", [True, False])
 @pytest.mark.parametrize("name, torch_class", [("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW)])
-def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class, monkeypatch):
+def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class, kernels, monkeypatch):
     """LazyAdam calls the fused kernel itself on every step after the first (torch's Adam.step only
     creates the state) and moves the parameters exactly as torch's Adam/AdamW(fused=True): weight
-    decay on the weights only, and a parameter without a gradient left alone."""
+    decay on the weights only, and a parameter without a gradient left alone. The kernels are private
+    ops (`lazy.fused_adam_kernels` checks them once): forced unavailable, every step is torch's, and
+    the parameters are the same."""
+    assert lazy.fused_adam_kernels()  # this torch: the direct call is live
+    if not kernels:
+        monkeypatch.setattr(lazy, "fused_adam_kernels", lambda: False)
     torch.manual_seed(0)
     ours_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
     theirs_net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Linear(3, 3))
@@ -66,13 +72,22 @@ def test_direct_fused_step_gives_torchs_fused_adam_bit_for_bit(name, torch_class
             opt.zero_grad(set_to_none=True)
             net[:3](x).square().sum().backward()  # net[3] gets no gradient
             opt.step()
-    assert torch_steps.count(True) == 1  # ours went through torch's step once, the first time
+    assert torch_steps.count(True) == (1 if kernels else 4)  # with the kernels, torch's step once: the first
     assert ours.state[ours_net[0].weight]["step"].item() == 4.0
     for a, b in zip(ours_net.parameters(), theirs_net.parameters()):
         assert torch.equal(a, b)
 
 
-def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers():
+@pytest.mark.parametrize("wrapper", [True, False])
+def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers(wrapper, monkeypatch):
+    """Where torch wraps `step` as `lazy.torch_step_wrapper` checks (private attributes), the step
+    skips the wrapper only where nothing listens. Forced to say no: every step is `optimizer.step()`,
+    the same parameters; the first step, through torch's Adam.step (which a plain Adam in the process
+    has wrapped too), then runs the hooks a second time."""
+    assert lazy.torch_step_wrapper()  # this torch
+    if not wrapper:
+        monkeypatch.setattr(lazy, "torch_step_wrapper", lambda: False)
+
     def run(step, listen: str = "") -> tuple[torch.Tensor, list]:
         torch.manual_seed(0)
         layer = nn.Linear(4, 3)
@@ -95,7 +110,7 @@ def test_step_without_profiler_steps_as_step_and_keeps_hooks_and_schedulers():
     reference, _ = run(lambda opt: opt.step())
     weight, heard = run(step_without_profiler)
     assert torch.equal(weight, reference) and heard == []
-    assert run(step_without_profiler, "hook")[1] == ["hook"] * 3
+    assert run(step_without_profiler, "hook")[1] == ["hook"] * (3 if wrapper else 4)
     assert run(step_without_profiler, "scheduler")[1][-1] is True  # the scheduler saw the steps
 
 
@@ -141,3 +156,28 @@ def test_bad_plateau_settings_are_refused_in_one_line(options, message):
     with pytest.raises(UserError) as err:
         check_group("optimizer", groups()["optimizer"], {"name": "sgd", "lr": 0.1, **options})
     assert str(err.value) == message
+
+
+def test_adamw_decays_decoupled_also_where_torch_has_no_such_group_key():
+    """torch < 2.7 has no `decoupled_weight_decay` group key (AdamW was its own class, no Adam): the
+    lazy optimizers then tell AdamW by its class, in the fused kernel's choice and the sparse rows' step."""
+    from nplm.optimizers.lazy import LazyAdam, LazyAdamW
+
+    weight = nn.Parameter(torch.ones(4, 3))
+    rows, grad = torch.tensor([0, 2]), torch.full((2, 3), 0.5)
+    for cls, decoupled in ((LazyAdamW, True), (LazyAdam, False)):
+        results = []
+        for drop_key in (False, True):
+            param = nn.Parameter(weight.detach().clone())
+            opt = cls([param], lr=0.1, weight_decay=0.5)
+            group = dict(opt.param_groups[0])
+            if drop_key:
+                group.pop("decoupled_weight_decay")
+            assert opt._decoupled(group) is decoupled
+            with torch.no_grad():
+                opt._sparse_step(group, param, rows, grad)
+            results.append(param.detach().clone())
+        assert torch.equal(*results)
+    # AdamW's own constructor runs for LazyAdamW (its default decay, 1e-2; Adam's is 0)
+    assert LazyAdamW([nn.Parameter(torch.ones(1))]).param_groups[0]["weight_decay"] == 1e-2
+    assert LazyAdam([nn.Parameter(torch.ones(1))]).param_groups[0]["weight_decay"] == 0
