@@ -71,6 +71,7 @@ def one_epoch(run_train, *overrides) -> dict:
     return {k: metrics[k] for k in ("train/ppl", "train/ppl_sampled", "val/ppl") if k in metrics}
 
 
+@pytest.mark.slow  # 5-15 s a pair: the compiled run trains for real
 @pytest.mark.parametrize("model,head", COMPILED)
 def test_compile_true_trains_as_eager_does(run_train, monkeypatch, model, head):
     """fullgraph=True through AOT autograd (tests/test_fast_paths.py): the same perplexities as eager,
