@@ -26,7 +26,7 @@ import socket
 from pathlib import Path
 
 from nplm.errors import UserError
-from nplm.files import atomic_write
+from nplm.files import atomic_write, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +84,7 @@ def process_alive(record: dict) -> bool | None:
     pid = record.get("pid")
     if not isinstance(pid, int) or record.get("host") != socket.gethostname():
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid != os.getpid()
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def observed_status(run_dir: Path, record: dict | None) -> str | None:
