@@ -25,7 +25,6 @@ import hashlib
 import itertools
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -40,7 +39,8 @@ import torch
 
 from nplm.data import sources
 from nplm.data.vocabulary import EOS, UNK, Vocabulary
-from nplm.errors import UserError
+from nplm.errors import UserError, WriteError
+from nplm.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -277,10 +277,10 @@ def file_sha256(path: Path, root: Path) -> str:
         return entry[3]
     digest = sources.sha256(path)
     memo[str(path)] = [*stamp, digest]
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".hashes.", suffix=".part")
-    with os.fdopen(fd, "w") as f:
-        json.dump(memo, f)
-    os.replace(tmp, memo_file)  # last writer wins; a lost entry only costs a hash
+    try:
+        atomic_write(memo_file, json.dumps(memo))  # last writer wins; a lost entry only costs a hash
+    except WriteError:  # (a full disk too: the hash is known, the memo only saves hashing again)
+        pass
     return digest
 
 

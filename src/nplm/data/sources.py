@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 
 from nplm.errors import UserError
+from nplm.files import FIXES, cannot_write
 
 
 def sha256(path: str | Path) -> str:
@@ -35,8 +36,12 @@ def download(url: str, dest: Path, expected_sha256: str | None, timeout: float =
     file at `dest`. A failure raises a one-line `UserError` ending with `fix` (default: where to put a
     local copy)."""
     fix = fix or f"put a local copy at {dest} or point the corpus' path option at one"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    except OSError as err:  # downloads go to paths.data_dir (the commands' --data-dir)
+        raise cannot_write(dest.parent, err, fix=f"{FIXES.get(err.errno, 'pick another folder')} (set paths.data_dir, "
+                           f"or --data-dir), or {fix}") from None
     tmp = Path(name)
     try:
         digest, received, expected_size = hashlib.sha256(), 0, None

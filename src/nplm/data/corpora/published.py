@@ -30,6 +30,7 @@ from nplm.data import sources
 from nplm.data.corpora import Corpus, CorpusText
 from nplm.data.id_cache import LineFiles
 from nplm.errors import UserError
+from nplm.files import atomic_write
 
 SPLITS = ("train", "valid", "test")
 KEYS = {
@@ -130,7 +131,7 @@ class PublishedCorpus(Corpus):
                     return found
                 marker.unlink(missing_ok=True)
                 found = cls._unpack(given, cfg.get("sha256"), cache, f"corpus.path={path}")
-                marker.write_text(stamp)
+                atomic_write(marker, stamp)
                 return found
             raise UserError(f"corpus.path={path}: no such file or folder; give the folder holding "
                             f"{', '.join(cls.files.values())} or the archive (unset {cls.env} to download)")
