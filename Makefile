@@ -12,7 +12,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 clean
+.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 scale clean
 
 install: $(VENV)/.installed
 
@@ -71,6 +71,11 @@ replicate-morin2005: install
 # Mnih & Hinton (2009) on Brown (LBL, HLBL, learned trees) and Mnih & Teh's NCE: resumable; writes experiments/mnih2009/README.md.
 replicate-mnih2009: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/mnih2009/run.py
+
+# WikiText-103-sized vocabularies (issue 28): makes the WikiText-103-shaped corpus under data_cache/ (~0.5 GB,
+# git-ignored), measures every head, the id cache and the trees (stages resumable); writes experiments/scale/README.md.
+scale: install
+	OMP_NUM_THREADS=1 $(BIN)/python experiments/scale/run.py
 
 clean:
 	rm -rf $(VENV) outputs

@@ -1,0 +1,175 @@
+"""experiments/scale/README.md, written from results/*.json only (run.py calls it; `run.py --report-only`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+INTRO = """# WikiText-103-sized vocabularies on a laptop
+
+Issue 28: every output layer of nplm, and the hierarchical softmax's trees, on a corpus the size of
+WikiText-103 (267,735 words, 103,227,021 training tokens), on 2 CPU cores. The corpus is
+`make_corpus.py`'s WikiText-103-shaped one: Zipf-distributed words with WikiText-103's vocabulary,
+line and token counts, written as `wiki.*.tokens` files and read through `corpus=wikitext103
+corpus.path=...` exactly as the real files would be (it passes the published-statistics check). It
+is not real text: the figures below are time and memory, not perplexity.
+
+Everything here is written by `run.py` (`make scale`) from `results/*.json`. **The machine is shared:**
+several other jobs ran on the same 2 cores during these measurements (the load average at the end of
+each stage is in its result file and below), so times are slower and noisier than on an idle machine;
+every heavy measurement ran single-threaded (`threads=1`, `OMP_NUM_THREADS=1`) in its own process.
+"""
+
+
+def load(results: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def f(x, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    h, rest = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def provenance(r: dict) -> str:
+    return f"{r.get('measured_utc', '?')} UTC, commit {r.get('commit', '?')}; {r.get('machine', '?')}"
+
+
+def write_readme(results: Path, readme: Path) -> None:
+    R = load(results)
+    out = [INTRO]
+    targets = []
+
+    if "corpus" in R:
+        r = R["corpus"]
+        out += ["## The corpus", "",
+                f"`{r['command']}`: {f(r['wall_s'])} s wall, {f(r.get('cpu_s'))} s CPU, peak RSS "
+                f"{f(r['peak_rss_mb'])} MB ({provenance(r)}).", "",
+                "| file | bytes | sha256 |", "|---|---:|---|"]
+        out += [f"| {name} | {f(v['bytes'])} | `{v['sha256'][:16]}...` |" for name, v in r["files"].items()]
+        out += ["", "The same seed gives the same bytes (tests/test_scale_corpus.py checks it at a tiny size).", ""]
+
+    if "id_cache" in R:
+        r = R["id_cache"]
+        b, rd = r["build"], r["read"]
+        phases = r.get("build_phases_s") or {}
+        out += ["## Tokenised once: the id cache", "",
+                "`corpus=wikitext103 corpus.path=<the corpus>` with an empty `paths.data_dir/ids/`, then again "
+                f"({provenance(r)}):", "",
+                "| run | setup (s) | of which | imports (s) | peak RSS (MB) |", "|---|---:|---|---:|---:|",
+                f"| first: read the text, build the cache | {f(b['setup_s'], 1)} | reading {f(phases.get('read'), 1)} s, "
+                f"vocabulary {f(phases.get('vocabulary'), 1)} s, writing the ids {f(phases.get('write'), 1)} s "
+                f"| {f(b['imports_s'], 1)} | {f(b['peak_rss_mb'])} |",
+                f"| second: memory-map the cache | {f(rd['setup_s'], 2)} | SHA-256 of the files remembered by "
+                f"(size, mtime, inode) | {f(rd['imports_s'], 1)} | {f(rd['peak_rss_mb'])} |", "",
+                f"Corpus as read: |V| = {f(b['corpus']['vocab_size'])}, train / valid / test tokens "
+                f"{f(b['corpus']['train_tokens'])} / {f(b['corpus']['valid_tokens'])} / {f(b['corpus']['test_tokens'])} "
+                f"(the published figures), OOV rate {b['corpus']['train_oov_rate']:.4f}.", ""]
+        targets.append(("building the id cache < 3 min", f"{f(b['setup_s'])} s", b["setup_s"] < 180))
+
+    heads = [R[k] for k in R if k.startswith("head-")]
+    if heads:
+        out += ["## Every head at MLP1's shape", "",
+                "nplm-train itself (`timed_run.py train`): n = 5, m = 60, h = 50, direct connections, "
+                "`model.sparse_embeddings=true`, Adam (lr 0.001), batch 1024, one thread, the first batches of "
+                "the first epoch, then one validation and one test batch (perplexities after so little "
+                "training are not results). Time per example from the Lightning steps after the first (warm-up); "
+                "**the epoch time is extrapolated** from it to all 103,227,017 training windows (no head "
+                "trained a whole epoch here). First batch: seconds from the process' start (interpreter, imports, "
+                "config, the id cache read, the tree built, the model made) to its first training step; the id "
+                "cache was there (a second run).", "",
+                "| head | options | batches timed | us / example | examples (tokens) / s | epoch, extrapolated (h:mm:ss) "
+                "| peak RSS (MB) | first batch (s) | of which tree (s) | load avg |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in heads:
+            run = r["run"]
+            options = " ".join(o for o in r["overrides"] if o.startswith(("head", "tree")))
+            load_avg = r["machine"].rsplit("load average ", 1)[-1].split(" ")[0]
+            out.append(f"| {r['head']} | `{options}` | {f(r['measured_examples'] / 1024)} | {f(r['us_per_example'], 1)} | "
+                       f"{f(r['examples_per_s'])} | {hms(r['epoch_s_extrapolated'])} | {f(run['peak_rss_mb'])} | "
+                       f"{f(run.get('first_batch_s'), 1)} | {f(run.get('tree_s'), 1)} | {load_avg} |")
+        out += ["", "Measured " + "; ".join(f"{r['head']}: {r['measured_utc']} UTC" for r in heads) +
+                f", commit {heads[0]['commit']}. Command: `python experiments/scale/run.py --only heads` "
+                "(the overrides of each run are in its result file).", ""]
+        hsm = R.get("head-hierarchical-huffman")
+        if hsm:
+            run = hsm["run"]
+            targets.append(("peak RSS of a hierarchical-head run < 4 GB", f"{f(run['peak_rss_mb'])} MB",
+                            run["peak_rss_mb"] < 4096))
+            targets.append(("one epoch of MLP1's shape, hierarchical head < 1 hour (extrapolated)",
+                            hms(hsm["epoch_s_extrapolated"]), hsm["epoch_s_extrapolated"] < 3600))
+            targets.append(("a second run's first batch within 10 s of start (hierarchical, Huffman)",
+                            f"{f(run.get('first_batch_s'), 1)} s (imports {f(run.get('imports_s'), 1)} s, "
+                            f"tree {f(run.get('tree_s'), 1)} s)", (run.get("first_batch_s") or 1e9) <= 10))
+        soft = R.get("head-softmax")
+        if soft and hsm:
+            out += [f"In these nplm-train runs the hierarchical head (Huffman) trains "
+                    f"{hsm['examples_per_s'] / soft['examples_per_s']:.0f}x as many examples per second as the full "
+                    "softmax; the side-by-side measurement below alternates the two in one process.", ""]
+
+    if "side_by_side" in R:
+        r = R["side_by_side"]
+        out += ["## Hierarchical against the full softmax, side by side", "",
+                f"`{r['command']}` ({provenance(r)}): the two heads alternate in one process, "
+                f"{r['steps']['softmax']} softmax steps then {r['steps']['hierarchical']} hierarchical steps per round "
+                f"(after one untimed step each), batch {r['batch']}, one thread, nplm-train's training step.", "",
+                "| round | softmax ex/s | hierarchical (Huffman, sparse) ex/s | ratio |", "|---:|---:|---:|---:|"]
+        for i, row in enumerate(r["rounds"]):
+            out.append(f"| {i + 1} | {f(row['softmax'], 1)} | {f(row['hierarchical'])} | {row['ratio']:.0f}x |")
+        out += ["", f"Best of each: softmax {f(r['best']['softmax'], 1)} ex/s, hierarchical {f(r['best']['hierarchical'])} "
+                f"ex/s: **{r['ratio_of_best']:.0f}x**. Huffman tree: mean depth {r['tree']['mean_depth']:.1f}, expected "
+                f"code length {r['tree']['expected_code_length_bits']:.2f} bits (unigram entropy "
+                f"{r['tree']['unigram_entropy_bits']:.2f}).", ""]
+        worst = min(r["ratio_per_round"])
+        targets.append(("hierarchical >= 100x the full softmax per example, side by side",
+                        f"{r['ratio_of_best']:.0f}x (rounds {', '.join(f'{x:.0f}x' for x in r['ratio_per_round'])})",
+                        worst >= 100))
+
+    trees = [R[k] for k in ("tree-balanced", "tree-huffman") if k in R]
+    if trees or "tree-brown" in R:
+        out += ["## The trees at 267,735 words", "",
+                "| tree | build (s) | mean depth | max depth | expected code length (bits) | measured |",
+                "|---|---:|---:|---:|---:|---|"]
+        for r in trees:
+            s = r["stats"]
+            out.append(f"| {r['tree']} | {f(r['build_s'], 1)} | {s['mean_depth']:.1f} | {s['max_depth']} | "
+                       f"{s.get('expected_code_length_bits', 0):.2f} | {r['measured_utc']} UTC |")
+        out.append("")
+    if "tree-brown" in R:
+        r = R["tree-brown"]
+        strata = "; ".join(f"ranks {s['ranks'][0]:,}-{s['ranks'][1]:,}: {s['ms_per_word']:.2f} ms/word"
+                           for s in r["sweep_strata"])
+        out += ["### Brown clusters", "",
+                f"`python experiments/scale/brown_probe.py` ({provenance(r)}), C = {r['classes']} classes. "
+                "`tree=brown` first counts the training bigrams, then moves each word to its best class (the exchange "
+                "algorithm, up to 10 sweeps over the vocabulary), then merges the classes (Brown et al.'s greedy "
+                "AMI merging). At this size:", "",
+                f"- bigram table of {f(r['train_tokens'])} tokens: {f(r['distinct_bigrams'])} distinct bigrams in "
+                f"{f(r['bigrams_s'])} s;",
+                f"- one exchange sweep over all {f(r['vocab_size'])} words, **estimated** from timed samples of "
+                f"each frequency stratum: {f(r['sweep_s_estimated'])} s "
+                f"({strata});",
+                f"- class bigram table {f(r['class_bigrams_s'], 1)} s; merging the {r['classes']} classes "
+                f"{f(r['merge_classes_s'])} s.", "",
+                f"The default build (10 sweeps) would take about {hms(r['full_build_s_estimated_10_sweeps'])} "
+                f"(1 sweep: {hms(r['full_build_s_estimated_1_sweep'])}); estimated, not run.", ""]
+        if r.get("top"):
+            out += ["What does finish: the whole `tree=brown` build (C = 1000, up to 10 sweeps) on the corpus "
+                    "restricted to its N most frequent words (the rest <unk>):", "",
+                    "| words | build (s) | mean depth | expected code length (bits) |", "|---:|---:|---:|---:|"]
+            for t in r["top"]:
+                out.append(f"| {f(t['words'])} | {f(t['build_s'])} | {t['stats']['mean_depth']:.1f} | "
+                           f"{t['stats'].get('expected_code_length_bits', 0):.2f} |")
+            out.append("")
+
+    if targets:
+        out += ["## The issue's targets", "", "| target | measured | met |", "|---|---|---|"]
+        out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
+        out.append("")
+    readme.write_text("\n".join(out))
