@@ -173,7 +173,7 @@ def test_adamw_decays_decoupled_also_where_torch_has_no_such_group_key():
             group = dict(opt.param_groups[0])
             if drop_key:
                 group.pop("decoupled_weight_decay")
-            assert opt._decoupled(group) is decoupled
+            assert lazy._decoupled(opt, group) is decoupled
             with torch.no_grad():
                 opt._sparse_step(group, param, rows, grad)
             results.append(param.detach().clone())

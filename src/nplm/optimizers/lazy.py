@@ -48,6 +48,16 @@ class LazyRowsMixin:
         """Where a subclass can, the dense update without `Optimizer.step`'s bookkeeping; False: not done."""
         return False
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """`Optimizer.zero_grad`; setting the gradients to None it skips that method's profiler record
+        (the Tiny Shakespeare model's training step 1.05-1.07x faster, medians of 7 alternated rounds in
+        two runs: experiments/bench/optimizer_step.md)."""
+        if not set_to_none:
+            return super().zero_grad(set_to_none=False)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
+
 
 class LazyAdamRows(LazyRowsMixin):
     """Adam's update for a torch Adam or AdamW it is mixed into; sparse rows get Adam's update (Kingma &
@@ -81,10 +91,6 @@ class LazyAdamRows(LazyRowsMixin):
             if params:
                 _fused_adam_step(group, params, [self.state[p] for p in params], _decoupled(self, group))
         return True
-
-    def _decoupled(self, group: dict) -> bool:
-        """AdamW's decoupled weight decay (a group key since torch 2.7; before it, AdamW's class)."""
-        return group.get("decoupled_weight_decay", isinstance(self, torch.optim.AdamW))
 
     def _sparse_step(self, group: dict, p: torch.Tensor, rows: torch.Tensor, g: torch.Tensor) -> None:
         beta1, beta2 = group["betas"]
