@@ -200,7 +200,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.ablation_child:
         return ablation_child(args.ablation_child, args)
-    keep_freed_memory()  # as nplm-train does: both loops reuse the [B, V] buffers between steps
+    keep_freed_memory()  # as nplm-train with malloc_keep_freed=true: both loops reuse the [B, V] buffers between steps
 
     dm, source = datamodule(args.batch_size)
     V = len(dm.vocab)

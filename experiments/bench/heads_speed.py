@@ -103,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
+    keep_freed_memory()  # as nplm-train with malloc_keep_freed=true (nplm.fast.malloc)
 
     torch.manual_seed(0)
     counts = zipf_counts(V)

@@ -66,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
+    keep_freed_memory()  # as nplm-train with malloc_keep_freed=true (nplm.fast.malloc)
     sizes = [int(s) for s in args.sizes.split(",")]
     heads = {"softmax": {"name": "softmax"},
              "hierarchical": {"name": "hierarchical"},  # morin_bengio nodes, balanced tree

@@ -1,7 +1,8 @@
 """Training speed of the Tiny Shakespeare character model: the reference notebook's loop vs nplm.
 
 Side by side in one process, the contenders alternated in rounds (so a load on the shared machine
-hits all of them alike), each timing `--steps` training steps after `--warmup` untimed ones:
+hits all of them alike; the order rotated by one every round), each timing `--steps` training steps
+after `--warmup` untimed ones:
 
 - `notebook`: a faithful copy of the notebook's loop: windows built as Python lists then
   `torch.tensor`, `TensorDataset` + `DataLoader(batch_size=128, shuffle=True)`, y = W x + U tanh(H x) + b
@@ -16,20 +17,27 @@ hits all of them alike), each timing `--steps` training steps after `--warmup` u
   validation excluded, the warm-up steps included);
 - with `--compile`: `plain+compile`, the plain loop with the training loss through
   `torch.compile(fullgraph=True)` as `compile=true` does (compiled in the warm-up steps; nplm-train's
-  own tokens/s would count the compilation).
+  own tokens/s would count the compilation);
+- with `--fallbacks`: `nplm-train, LightningOptimizer.step` (Lightning's step counter taken as
+  missing, `nplm.training.module.LIGHTNING_COUNTERS`: every optimizer step through Lightning) and
+  `nplm-train, public APIs only` (every speed path's capability check forced to say no, as on a
+  torch and Lightning without the private parts they use: `every_fallback`).
 
-Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--threads` torch threads.
+Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--threads` torch threads. Malloc
+as glibc sets it (nplm-train's default, `malloc_keep_freed=false`; this model's buffers are small).
 
-    python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile]
+    python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile] [--fallbacks]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 
 import torch
 from provenance import stamp
@@ -149,6 +157,37 @@ def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
         return train(cfg)["train/tokens_per_s"]
 
 
+# Each speed path's capability check and the value that makes it say no (module, name, value)
+FALLBACKS = [("nplm.training.module", "LIGHTNING_COUNTERS", False),
+             ("nplm.data.datamodule", "LIGHTNING_EPOCH_PROGRESS", False),
+             ("nplm.fast.backprop", "hooks_visible", lambda: False),
+             ("nplm.fast.cpu_gemm", "onednn_linear_works", lambda: False),
+             ("nplm.optimizers.lazy", "fused_adam_kernels", lambda: False),
+             ("nplm.optimizers.lazy", "torch_step_wrapper", lambda: False)]
+
+
+@contextmanager
+def fallbacks(*names: str):
+    """Inside the block, the capability checks `names` (all of FALLBACKS when none) say no."""
+    saved = []
+    for module, name, value in FALLBACKS:
+        if names and name not in names:
+            continue
+        found = importlib.import_module(module)
+        saved.append((found, name, getattr(found, name)))
+        setattr(found, name, value)
+    try:
+        yield
+    finally:
+        for found, name, value in saved:
+            setattr(found, name, value)
+
+
+def nplm_train_with(steps: int, warmup: int, threads: int, *names: str) -> float:
+    with fallbacks(*names):
+        return nplm_train(steps, warmup, threads)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of all contenders (default 5)")
@@ -156,11 +195,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the notebook's 2)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
+    parser.add_argument("--fallbacks", action="store_true", help="also time nplm-train with its speed paths' fallbacks")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from nplm.fast.malloc import keep_freed_memory
-
-    keep_freed_memory()  # nplm-train sets it for the process; set here first, every contender runs with it
     import logging
 
     logging.disable(logging.INFO)
@@ -181,12 +218,18 @@ def main() -> None:
     }
     if args.compile:
         contenders["plain+compile"] = lambda: plain_loop(dm, args.steps, args.warmup, compile_step=True)
+    if args.fallbacks:
+        contenders["nplm-train, LightningOptimizer.step"] = lambda: nplm_train_with(
+            args.steps, args.warmup, args.threads, "LIGHTNING_COUNTERS")
+        contenders["nplm-train, public APIs only"] = lambda: nplm_train_with(args.steps, args.warmup, args.threads)
     print(stamp(), flush=True)
     rates: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
     for r in range(args.rounds):
-        for name, run in contenders.items():
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
             torch.manual_seed(r)
-            rates[name].append(run())
+            rates[name].append(contenders[name]())
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
     base = rates["notebook"]
     print()
