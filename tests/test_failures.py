@@ -416,6 +416,7 @@ def test_two_nplm_train_on_one_run_folder_the_second_is_refused(tmp_path):
     assert record["status"] == "finished" and record["seed"] == 1234
 
 
+@pytest.mark.slow
 def test_two_train_calls_on_one_folder_the_second_touches_nothing(tmp_path):
     """The lock in `train()` itself (sweeps and tests call it without the command line)."""
     from nplm.tracking.lock import RunLock

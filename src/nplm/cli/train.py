@@ -185,7 +185,9 @@ def check_run_folder(cfg, multirun: bool) -> None:
     problem = folder_problem(folder)
     if problem is not None:
         raise UserError(f"{key}={folder}: {problem}" + ("" if ";" in problem else f"; give {key} a folder you can write"))
-    busy = None if multirun else holder(folder)
+    # (not in the other processes of a DDP run, which Lightning starts with this command line: rank 0 holds it)
+    child = any(os.environ.get(k, "0") not in ("", "0") for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"))
+    busy = None if multirun or child else holder(folder)
     if busy is not None:
         raise UserError(busy)
 
