@@ -149,3 +149,31 @@ def test_large_epochs_are_shuffled_batch_by_batch(monkeypatch):
     grouped = list(windows.GroupedBatches(windows.BatchIndices(n, 64, True, seed=7), 16, limit=50))
     assert [len(g) for g in grouped] == [16, 16, 16, 2]
     assert torch.equal(torch.cat([b for g in grouped for b in g]), epoch0[: 50 * 64])
+
+
+def test_two_queue_huffman_merges_as_a_heap_does():
+    """huffman_merges (two queues, one sort) against the heap it replaced: the same merges, ties
+    included (items before merged nodes, merged nodes by creation)."""
+    import heapq
+    import random
+
+    from nplm.trees.huffman import huffman_merges
+
+    def heap_merges(items, weights, first_code):
+        heap = [(float(w), order, item) for order, (item, w) in enumerate(zip(items, weights))]
+        heapq.heapify(heap)
+        merges, tiebreak = [], len(heap)
+        while len(heap) > 1:
+            w1, _, a = heapq.heappop(heap)
+            w2, _, b = heapq.heappop(heap)
+            merges.append((a, b))
+            heapq.heappush(heap, (w1 + w2, tiebreak, first_code + len(merges) - 1))
+            tiebreak += 1
+        return merges, heap[0][2]
+
+    for trial in range(200):
+        rng = random.Random(trial)
+        n = rng.randint(1, 50)
+        items = rng.sample(range(1000), n)
+        weights = ([rng.choice([0, 1, 2, 3, 0.5]) for _ in range(n)] if trial % 2 else [rng.random() for _ in range(n)])
+        assert huffman_merges(items, weights, 1000) == heap_merges(items, weights, 1000)

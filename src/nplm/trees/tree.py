@@ -52,7 +52,14 @@ class Tree:
     _paths: tuple | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.children = [tuple(int(c) for c in pair) for pair in self.children]
+        try:  # numpy converts 267,735 pairs ~10x faster than a loop over them
+            pairs = np.asarray(self.children, dtype=np.int64)
+        except (ValueError, TypeError):
+            pairs = None  # not all pairs (validate says which node)
+        if pairs is not None and pairs.ndim == 2 and pairs.shape[1] == 2:
+            self.children = list(map(tuple, pairs.tolist()))
+        else:
+            self.children = [tuple(int(c) for c in pair) for pair in self.children]
         if self.leaf_words is not None:
             self.leaf_words = [int(w) for w in self.leaf_words]
         self.children = self._breadth_first(self.validate())
@@ -257,7 +264,7 @@ class Tree:
     # -- persistence ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         d = {"kind": self.kind, "vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
-             "children": [list(pair) for pair in self.children]}
+             "children": np.asarray(self.children, dtype=np.int64).reshape(-1, 2).tolist()}
         if self.leaf_words is not None:
             d["leaf_words"] = list(self.leaf_words)
         return d
