@@ -420,14 +420,30 @@ def test_a_given_vocabulary_encodes_through_its_own_cache(tmp_path):
         [t for line in texts["valid"].splitlines() for t in line.split() + ["<eos>"]]))
 
 
-def test_nplm_train_on_a_local_ptb_copy(tmp_path, run_train):
+def test_nplm_train_on_a_local_ptb_copy_and_its_tree_read_again(tmp_path, monkeypatch):
+    """nplm-train end to end; a second run reads the ids and the tree cached beside them."""
+    from nplm.training import tree_phase
+    from nplm.training.train import train
+
     cfg, data_dir, _ = local_ptb(tmp_path)
-    result = run_train("corpus=ptb", f"corpus.path={cfg['path']}", "corpus.verify=false", "model.context_size=2",
-                       "model.embed_dim=8", "model.hidden_dim=8", "data.batch_size=16", "trainer.max_epochs=1",
-                       "head=hierarchical", "tree=huffman")
+    overrides = ["corpus=ptb", f"corpus.path={cfg['path']}", "corpus.verify=false", "model.context_size=2",
+                 "model.embed_dim=8", "model.hidden_dim=8", "data.batch_size=16", "trainer.max_epochs=1",
+                 "head=hierarchical", "tree=huffman"]
+    result = train(compose_cfg(tmp_path, *overrides))
     assert result["test/ppl"] > 1
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "finished" and record["corpus"]["vocab_size"] == len(WORDS) + 1
+    trees = list((Path(data_dir) / "ids").glob("ptb-*/trees/huffman-*.json"))
+    assert len(trees) == 1
+
+    def never(*args, **kwargs):
+        raise AssertionError("the tree was built again")
+
+    monkeypatch.setattr(tree_phase, "build_tree", never)
+    monkeypatch.setattr(id_cache, "_read_split", never)
+    again = compose_cfg(tmp_path, *overrides)
+    again.paths.output_dir = str(tmp_path / "run2")
+    assert train(again)["test/ppl"] == pytest.approx(result["test/ppl"])
 
 
 @pytest.mark.parametrize("eos,blank_lines", [(True, True), (True, False), (False, True)])

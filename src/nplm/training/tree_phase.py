@@ -40,10 +40,38 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
         log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
         tree_cfg = {"name": "balanced"}
     start = time.perf_counter()
+    cached = _tree_cache(tree_cfg, dm, cfg.seed) if embeddings is None else None
+    if cached is not None and cached.is_file():
+        tree = Tree.load(cached)
+        tree.check_vocabulary(dm.vocab.tokens)
+        log.info("tree=%s read from %s in %.1f s", tree.kind, cached, time.perf_counter() - start)
+        return tree
     ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed, cfg.paths.data_dir, embeddings)
     tree = build_tree(tree_cfg, ctx)
     log.info("tree=%s built in %.1f s: %s", tree.kind, time.perf_counter() - start, tree.stats(dm.vocab.counts))
+    if cached is not None:
+        tree.save(cached)  # atomically
     return tree
+
+
+# Trees that depend only on the training ids, the vocabulary, their counts, the seed and their options.
+CACHED_TREES = ("balanced", "random", "huffman", "brown")
+
+
+def _tree_cache(tree_cfg: dict, dm: LMDataModule, seed: int) -> Path | None:
+    """Where the tree of a corpus tokenised once (`dm.id_cache`, `nplm.data.id_cache`) is kept, next to
+    its ids: `<cache>/trees/<name>-<hash of the options and seed>.json`, so that later runs and every
+    job of a sweep read it instead of building it again (a Brown tree takes minutes at WikiText-103's
+    size). None for other corpora and trees."""
+    if dm.id_cache is None or tree_cfg.get("name") not in CACHED_TREES:
+        return None
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps({"tree": tree_cfg, "seed": seed}, sort_keys=True).encode()).hexdigest()[:16]
+    folder = dm.id_cache.cache_dir / "trees"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{tree_cfg['name']}-{key}.json"
 
 
 def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: Callable) -> Tree:
