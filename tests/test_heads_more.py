@@ -209,7 +209,7 @@ def test_sampled_loss_and_gradient_approach_the_exact_ones_for_large_k(power, k,
     ("importance_sampling", {"num_samples": 0}, "head.num_samples=0: must be an integer >= 1"),
     ("importance_sampling", {"proposal_power": -1}, "head.proposal_power=-1: must be a finite number >= 0"),
     ("importance_sampling", {"k": 3}, "head.k=3: unknown key of head=importance_sampling; "
-                                      "valid keys: name, num_samples, proposal_power"),
+                                      "valid keys: name, num_samples, proposal_power, sparse"),
 ])
 def test_bad_options_are_refused_by_the_keys_the_head_registered(name, options, message):
     """Each head's keys, types and ranges are checked once, by the schema built from its registration."""

@@ -174,8 +174,8 @@ def test_nce_loss_is_the_papers_objective_and_evaluation_is_the_exact_softmax():
     target = torch.arange(B) * 2
     torch.manual_seed(3)
     noise = head.sample()
-    loss = head.nce_loss(f, target, noise)
-    P_n = head.noise.tolist()  # (count + 1) / sum, stored in float32
+    loss = head.sampled_loss(f, target, noise)
+    P_n = head.proposal.tolist()  # (count + 1) / sum, stored in float32
     assert P_n == pytest.approx([(c + 1) / (sum(COUNTS) + V) for c in COUNTS], rel=1e-6)
     sigma = lambda x: 1 / (1 + math.exp(-x))
     for i, t in enumerate(target.tolist()):
@@ -210,7 +210,7 @@ def test_nce_starts_self_normalised_and_its_gradient_tends_to_the_unnormalised_l
 @pytest.mark.parametrize("options,message", [
     ({"num_samples": 0}, "head.num_samples=0: must be an integer >= 1"),
     ({"proposal_power": -1}, "head.proposal_power=-1: must be a finite number >= 0"),
-    ({"k": 3}, "head.k=3: unknown key of head=nce; valid keys: name, num_samples, proposal_power"),
+    ({"k": 3}, "head.k=3: unknown key of head=nce; valid keys: name, num_samples, proposal_power, sparse"),
 ])
 def test_nce_options_are_checked_by_the_keys_it_registered(options, message):
     with pytest.raises(UserError) as info:

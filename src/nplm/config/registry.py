@@ -74,6 +74,8 @@ class Registry:
             rules = dataclass_keys(keys) if isinstance(keys, type) else dict(keys or {})
             text = doc or (target.__doc__ or "").strip().split("\n")[0]
             self._options[name] = Option(name, target, rules, tuple(checks), text)
+            if isinstance(target, type):
+                target.option_name = name  # what the class is called in the config (its error messages)
             return target
 
         return add
