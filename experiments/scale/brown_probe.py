@@ -39,12 +39,14 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--sample", type=int, default=400)
     parser.add_argument("--tops", default="10000,30000")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="check the corpus against WikiText-103's published counts (default: yes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from run import CORPUS  # the corpus the other stages use
 
     cfg = {"name": "wikitext103", "path": args.corpus or str(CORPUS), "download": False, "url": "-",
-           "sha256": None, "verify": True, "eos": True, "vocab_from": "train", "min_count": 1, "max_vocab": None,
+           "sha256": None, "verify": args.verify, "eos": True, "vocab_from": "train", "min_count": 1, "max_vocab": None,
            "unk": "<unk>", "order": "frequency"}
     dm = LMDataModule(cfg, 4, 1024, 1024, data_dir=args.data_dir)
     dm.setup()
@@ -90,7 +92,7 @@ def main() -> None:
         NR[best] += nr
         assign[w] = best
 
-    strata = [(0, 1000), (1000, 10_000), (10_000, 100_000), (100_000, V)]
+    strata = [(lo, min(hi, V)) for lo, hi in ((0, 1000), (1000, 10_000), (10_000, 100_000), (100_000, V)) if lo < V]
     sweep = []
     for lo, hi in strata:
         ranks = np.arange(lo, hi) if hi - lo <= 1000 else np.linspace(lo, hi - 1, args.sample).astype(int)

@@ -18,6 +18,22 @@ Everything here is written by `run.py` (`make scale`) from `results/*.json`. **T
 several other jobs ran on the same 2 cores during these measurements (the load average at the end of
 each stage is in its result file and below), so times are slower and noisier than on an idle machine;
 every heavy measurement ran single-threaded (`threads=1`, `OMP_NUM_THREADS=1`) in its own process.
+
+What it took, beyond the corpora by name (`corpus=wikitext103`):
+
+- **Tokenised once** (`nplm.data.id_cache`): the text read once, streamed, into int64 id arrays cached
+  under `paths.data_dir/ids/` and memory-mapped by later runs; the trees that depend only on the ids
+  (balanced, random, Huffman, Brown) are cached beside them.
+- **Sparse updates where they pay**: `model.sparse_embeddings=true` (C) and `head.sparse=true`
+  (hierarchical: the node vectors and biases; importance sampling: the output vectors and biases), so
+  Adam updates only the rows a batch touched instead of a 267,735-row table every step. The
+  hierarchical head's node activations use 2 sigmoid(2x) - 1 on a CPU (torch's CPU tanh is ~7x slower).
+- **The first batch without a 103-million-element shuffle**: above 2^24 windows an epoch's order is a
+  keyed pseudo-random permutation evaluated batch by batch (`nplm.data.windows.KeyedPermutation`); the
+  trees' paths, checks and Huffman merges are computed with numpy / two queues (seconds, not minutes).
+- The classes of the class-based head and the adaptive softmax's clusters are as they are for Brown:
+  their weights get dense gradients (the adaptive head has 11 M parameters; the class-based head's
+  word matrix is 267,735 x 290 and its Adam update dominates its step).
 """
 
 

@@ -16,6 +16,8 @@ memory and time to first batch are the process's own:
   `model.sparse_embeddings=true` (and `head.sparse=true` where the head has it), for a bounded number of
   batches of the first epoch, then one validation and one test batch; time per training example from
   the steps after the first, the epoch time extrapolated from it (stated so in the table);
+- second_run: nplm-train with the hierarchical head again, the ids and the tree cached: the time to
+  its first batch, and where it goes (imports, config, ids, tree, model, Lightning);
 - side_by_side: the full softmax and the hierarchical head timed in one process, alternating, the
   same training step as nplm-train's (`nplm.fast.backprop.mean_loss_backward` + the lazy optimizer);
 - trees: balanced, Huffman and Brown trees built over the 267,735 words, timed; for Brown, where its
@@ -175,6 +177,19 @@ def stage_heads(rerun: bool, only_heads: list[str] | None) -> None:
                     "epoch_s_extrapolated": TRAIN_WINDOWS / rate, "run": run})
 
 
+def stage_second_run(rerun: bool) -> None:
+    """nplm-train with the hierarchical head once more, the token ids and the Huffman tree cached by the
+    runs before: the time to first batch of a second run (and of every job of a sweep)."""
+    if done("second_run", rerun):
+        return
+    head, _, per_step = HEADS["hierarchical-huffman"]
+    overrides = [*CORPUS_ARGS, *MLP1, *head, "trainer.max_epochs=1", f"trainer.limit_train_batches={per_step}",
+                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", f"steps_per_execution={per_step}"]
+    timed("train", "second_run_warm", overrides)  # (makes sure both caches are there)
+    run = timed("train", "second_run", overrides)
+    write("second_run", {"overrides": overrides, "run": run})
+
+
 def stage_side_by_side(rerun: bool) -> None:
     if done("side_by_side", rerun):
         return
@@ -205,7 +220,7 @@ def report() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="corpus,id_cache,heads,side_by_side,trees",
+    parser.add_argument("--only", default="corpus,id_cache,heads,second_run,side_by_side,trees",
                         help="stages, comma-separated (default: all)")
     parser.add_argument("--heads", default=None, help="with heads: only these, e.g. softmax,adaptive")
     parser.add_argument("--rerun", action="store_true", help="measure the chosen stages again")

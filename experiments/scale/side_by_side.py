@@ -41,11 +41,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--softmax-steps", type=int, default=3)
     parser.add_argument("--hsm-steps", type=int, default=60)
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="check the corpus against WikiText-103's published counts (default: yes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = {"name": "wikitext103", "path": args.corpus, "download": False, "url": "-", "sha256": None,
-           "verify": True, "eos": True, "vocab_from": "train", "min_count": 1, "max_vocab": None, "unk": "<unk>",
-           "order": "frequency"}
+           "verify": args.verify, "eos": True, "vocab_from": "train", "min_count": 1, "max_vocab": None,
+           "unk": "<unk>", "order": "frequency"}
     dm = LMDataModule(cfg, MLP1.context_size, args.batch, args.batch, data_dir=args.data_dir)
     dm.setup()
     V = len(dm.vocab)

@@ -10,7 +10,8 @@ MODE:
   timed: the time of every Lightning step (a group of `steps_per_execution` batches) and the examples
   it trained; checkpoints are not written (a measurement of training, not of saving 1 GB of softmax
   weights). Also times the datamodule's setup and the tree's build.
-- `tree`: set up the datamodule, then build the tree `tree=...` names, timed.
+- `tree`: set up the datamodule, then build the tree `tree=...` names, timed (built: the tree cache
+  beside the ids is neither read nor written).
 
 T0 is the Unix time at which the parent started this process: the time to first batch counts from it
 (interpreter start and imports included). Writes OUT.json with the timings, `ru_maxrss` (peak resident
@@ -52,6 +53,7 @@ def main() -> None:
 
     result: dict = {"mode": mode, "overrides": overrides, "imports_s": time.time() - T0}
     cfg = compose(overrides)
+    result["config_done_s"] = time.time() - T0
     setup = LMDataModule.setup
 
     def timed_setup(self, stage=None):
@@ -74,15 +76,17 @@ def main() -> None:
         dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                           cfg.data.eval_batch_size, data_dir=cfg.paths.data_dir)
         dm.setup()
-    elif mode == "tree":
-        from nplm.training.tree_phase import container, tree_for_head
+    elif mode == "tree":  # built, never read from the tree cache beside the ids
+        from nplm.training.tree_phase import container
+        from nplm.trees import TreeContext, build_tree
 
         torch.set_num_threads(int(cfg.threads or 1))
         dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                           cfg.data.eval_batch_size, data_dir=cfg.paths.data_dir)
         dm.setup()
         start = time.time()
-        tree = tree_for_head(cfg, dm)
+        tree = build_tree(container(cfg.tree), TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, cfg.seed,
+                                                           cfg.paths.data_dir))
         result["tree_s"] = time.time() - start
         result["tree"] = tree.stats(dm.vocab.counts)
     else:
@@ -96,9 +100,25 @@ def main() -> None:
             start = time.time()
             tree = tree_of_run(*args, **kwargs)
             result["tree_s"] = time.time() - start
+            result["tree_done_s"] = time.time() - T0
             return tree
 
         train_module.tree_of_run = timed_tree
+        check_memory = train_module.check_memory
+
+        def timed_check(*args, **kwargs):  # the memory estimate builds the module once on the meta device
+            start = time.time()
+            check_memory(*args, **kwargs)
+            result["memory_check_s"] = time.time() - start
+
+        train_module.check_memory = timed_check
+        build_trainer = train_module.build_trainer
+
+        def timed_trainer(*args, **kwargs):  # called once the module is built
+            result["module_done_s"] = time.time() - T0
+            return build_trainer(*args, **kwargs)
+
+        train_module.build_trainer = timed_trainer
         steps: list[tuple[float, float, int]] = []  # (start, end, examples) of each Lightning step
         training_step = LanguageModel.training_step
 
