@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 from nplm.errors import UserError
 
@@ -32,19 +32,19 @@ log = logging.getLogger(__name__)
 FLOAT_BYTES = 4
 
 
-class _CountOutputs(TorchDispatchMode):
-    """Adds up the bytes of every tensor the ops under it produce (on the meta device: none exist)."""
+class _CountOutputs(TorchFunctionMode):
+    """Adds up the bytes of every tensor the torch functions under it produce (on the meta device: none
+    exist). Public API (`torch.overrides`): views are counted as new tensors, so the sum errs high."""
 
     def __init__(self):
         super().__init__()
         self.bytes = self.largest = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if any(r.alias_info is not None for r in func._schema.returns):  # a view or an in-place op: no new memory
-            return out
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and not any(t is a for a in inputs):  # (an in-place op returns its input)
                 size = t.numel() * t.element_size()
                 self.bytes += size
                 self.largest = max(self.largest, size)
