@@ -492,3 +492,35 @@ def test_writers_of_records_trees_and_reports_go_through_the_one_helper():
     hits = [f"{p.relative_to(src)}:{i}" for p in src.rglob("*.py") if str(p.relative_to(src)) not in allowed
             for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
     assert hits == []
+
+
+def test_a_full_disk_while_the_id_cache_is_built_is_one_line_and_leaves_no_part(tmp_path, monkeypatch):
+    """The id cache is built in a temporary folder renamed into place; a full disk stops it in one line
+    and removes the temporary folder."""
+    import errno
+
+    from omegaconf import OmegaConf
+
+    from conftest import compose_cfg
+    from nplm.data import id_cache
+    from nplm.data.corpora.ptb import PTB
+    from nplm.data.datamodule import LMDataModule
+
+    copy = tmp_path / "ptb"
+    copy.mkdir()
+    for split in ("train", "valid", "test"):
+        (copy / f"ptb.{split}.txt").write_text(" the cat sat \n a dog ran \n" * 10)
+    monkeypatch.setattr(PTB, "member_sha256", {})  # not the published files
+    cfg = compose_cfg(tmp_path, "corpus=ptb", f"corpus.path={copy}", "corpus.verify=false")
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(id_cache, "_write_ids", full_disk)
+    dm = LMDataModule(OmegaConf.to_container(cfg.corpus, resolve=True), 3, 8, 16, data_dir=cfg.paths.data_dir)
+    with pytest.raises(UserError) as err:
+        dm.setup()
+    message = str(err.value)
+    assert "\n" not in message and message.endswith(": cannot be written (No space left on device); free space "
+                                                    "under paths.data_dir, or point paths.data_dir at another disk")
+    assert [p.name for p in Path(cfg.paths.data_dir).rglob("*.part")] == []

@@ -40,7 +40,7 @@ import torch
 from nplm.data import sources
 from nplm.data.vocabulary import EOS, UNK, Vocabulary
 from nplm.errors import UserError, WriteError
-from nplm.files import atomic_write
+from nplm.files import atomic_write, cannot_write
 
 log = logging.getLogger(__name__)
 
@@ -189,8 +189,11 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         is_unknown |= remap == unk  # a literal <unk> counts as out of vocabulary, as Vocabulary.oov_rate
     oov = {split: float(c[is_unknown].sum() / c.sum()) if c.sum() else 0.0 for split, c in counts.items()}
     seconds["vocabulary"] = time.perf_counter() - start - seconds["read"]
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
+    except OSError as err:
+        raise cannot_write(folder.parent, err, "paths.data_dir") from None
     try:
         for split in SPLITS:
             _write_ids(read.get(split, []), remap, tmp / f"{split}.npy")
@@ -201,6 +204,9 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         if folder.exists():  # a cache without meta.json: an older, unfinished one
             shutil.rmtree(folder)
         tmp.rename(folder)
+    except OSError as err:  # a full disk: nothing of the cache is left, the run stops in one line
+        raise cannot_write(folder, err, "",
+                           "free space under paths.data_dir, or point paths.data_dir at another disk") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
