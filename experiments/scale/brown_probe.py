@@ -13,7 +13,11 @@ On the WikiText-103-shaped corpus (its cached token ids; run.py's id_cache stage
 3. Brown's merging of the C classes (`merge_classes` on the class bigrams of the initial assignment) and
    the class bigram table (`class_bigrams`), timed;
 4. the whole `tree=brown` build (10 sweeps at most, the default) on the corpus restricted to its `--tops`
-   most frequent words (the others <unk>), timed: what does finish.
+   most frequent words (the others <unk>), with C = `--top-classes` (256: an exchange move costs about
+   C x the classes of a word's neighbours, so C = 1000 makes a sweep over 10,000 words ~7 minutes), timed:
+   what does finish.
+
+The results file is rewritten after each part, so a stopped probe keeps what it measured.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--sample", type=int, default=400)
     parser.add_argument("--tops", default="10000,30000")
+    parser.add_argument("--top-classes", type=int, default=256, help="C of the whole builds on the top-N words")
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="check the corpus against WikiText-103's published counts (default: yes)")
     args = parser.parse_args()
@@ -104,12 +109,14 @@ def main() -> None:
                       "stratum_s": per_word * (hi - lo)})
         print(f"ranks {lo:,}-{hi:,}: {per_word * 1e3:.2f} ms per word -> {per_word * (hi - lo):.0f} s", flush=True)
     result["sweep_strata"] = sweep
+    save(args.out, result)
     result["sweep_s_estimated"] = sum(s["stratum_s"] for s in sweep)
 
     start = time.perf_counter()
     merge_classes(M.copy(), list(range(C)), V)
     result["merge_classes_s"] = time.perf_counter() - start
     print(f"merge {C} classes: {result['merge_classes_s']:.0f} s", flush=True)
+    save(args.out, result)
     result["full_build_s_estimated_10_sweeps"] = (result["bigrams_s"] + 10 * result["sweep_s_estimated"]
                                                   + result["class_bigrams_s"] + result["merge_classes_s"])
     result["full_build_s_estimated_1_sweep"] = (result["bigrams_s"] + result["sweep_s_estimated"]
@@ -126,12 +133,18 @@ def main() -> None:
         top_ids = torch.from_numpy(remap[ids])
         top_counts = np.bincount(remap[ids], minlength=top).tolist()
         start = time.perf_counter()
-        tree = build_tree({"name": "brown", "num_classes": C, "sweeps": 10},
+        tree = build_tree({"name": "brown", "num_classes": args.top_classes, "sweeps": 10},
                           TreeContext(vocab, top_ids, top_counts, 0, args.data_dir))
         seconds = time.perf_counter() - start
-        result["top"].append({"words": top, "build_s": seconds, "stats": tree.stats(top_counts)})
+        result["top"].append({"words": top, "classes": args.top_classes, "build_s": seconds,
+                              "stats": tree.stats(top_counts)})
+        save(args.out, result)
         print(f"top {top:,} words: brown tree in {seconds:.0f} s", flush=True)
-    with open(args.out, "w") as f:
+    save(args.out, result)
+
+
+def save(path: str, result: dict) -> None:
+    with open(path, "w") as f:
         json.dump(result, f, indent=1)
 
 

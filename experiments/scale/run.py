@@ -54,7 +54,8 @@ MLP1 = ["model.context_size=4", "model.embed_dim=60", "model.hidden_dim=50", "mo
 HEADS = {
     "hierarchical-huffman": (["head=hierarchical", "head.sparse=true", "tree=huffman"], 640, 16),
     "hierarchical-balanced": (["head=hierarchical", "head.sparse=true", "tree=balanced"], 640, 16),
-    "adaptive": (["head=adaptive"], 320, 16),
+    "adaptive": (["head=adaptive"], 320, 16),  # the default cutoffs [V/20, V/4]: a 13,387-word shortlist
+    "adaptive-2k": (["head=adaptive", "head.cutoffs=[2000,20000,100000]"], 320, 16),  # a large-V choice
     "importance_sampling": (["head=importance_sampling", "head.sparse=true"], 320, 16),
     "class_based": (["head=class_based"], 64, 4),
     "softmax": (["head=softmax"], 6, 1),
