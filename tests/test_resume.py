@@ -89,6 +89,18 @@ def test_nothing_to_continue_says_why_for_each_run_and_starts_afresh(tmp_path, c
     assert record["error"] == "killed before its first checkpoint"
 
 
+def test_a_fixed_run_folder_holding_a_run_with_other_overrides_is_refused(tmp_path):
+    """Pointing at a run's own folder means that run: with other overrides, one line and the fix."""
+    from nplm.errors import UserError
+
+    r = fake_run(tmp_path / "r", "running", ["corpus=toy"], checkpoint=True)
+    with pytest.raises(UserError) as err:
+        resolve_resume(True, r, SAME)
+    assert str(err.value) == (f"resume: {r} was run with other overrides (trainer.max_epochs=(default) -> 400); "
+                              "repeat its overrides, or add resume_allow_changes=true to continue it with these")
+    assert resolve_resume(True, r, SAME, allow_changes=True) == (r, r / "checkpoints" / "last.ckpt")
+
+
 def test_other_overrides_are_continued_only_when_allowed(tmp_path):
     other = fake_run(tmp_path / "other", "running", ["corpus=toy"], checkpoint=True)
     assert latest_to_continue(tmp_path / "fresh", SAME, allow_changes=False) is None
@@ -195,3 +207,10 @@ def test_compare_shows_a_dead_run_as_killed(tmp_path):
     assert sorted((j.path.name, j.status) for j in find_jobs([tmp_path])) == [
         ("a", "killed"), ("b", "killed"), ("c", "running")]
     assert record(tmp_path / "b")["error"] == "killed before its first checkpoint"
+
+
+def test_a_finished_run_goes_on_with_changes_only_when_allowed(tmp_path):
+    """resume_allow_changes=true on a finished run (e.g. a higher trainer.max_epochs): its last checkpoint."""
+    done = fake_run(tmp_path / "a", "finished", ["corpus=toy"], checkpoint=True)
+    assert resolve_resume(True, tmp_path / "fresh", SAME) == (tmp_path / "fresh", None)  # other overrides: afresh
+    assert resolve_resume(True, tmp_path / "fresh", SAME, allow_changes=True) == (done, done / "checkpoints" / "last.ckpt")

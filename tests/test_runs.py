@@ -173,13 +173,13 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
     assert epochs(run / "csv" / "metrics.csv", "train/epoch_time_s") == list(range(6))
     assert json.loads((run / "metrics.json").read_text())["status"] == "finished"
 
-    # Raising max_epochs is another run unless the user says so.
+    # Raising max_epochs is another run unless the user says so: in the run's own folder, refused
     refused = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
-                         f"hydra.run.dir={runs / 'r4'}")
+                         f"hydra.run.dir={run}")
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
         f"nplm: error: resume: {run} was run with other overrides (trainer.max_epochs=6 -> 7); repeat its "
         "overrides, or add resume_allow_changes=true to continue it with these")
-    assert not (runs / "r4").exists()
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 6  # untouched
     more = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
                       "resume_allow_changes=true", f"hydra.run.dir={runs / 'r5'}")
     assert more.returncode == 0, more.stderr[-3000:]

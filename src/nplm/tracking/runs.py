@@ -7,7 +7,8 @@
   itself first (a fixed `hydra.run.dir`), then the earlier runs of the same experiment with the same
   training overrides, newest first. A finished one ends the search (nothing to do); a run still
   alive, one killed before its first checkpoint, and one with other overrides are passed over, and
-  when nothing can be continued one line says what was looked at and why, and the run starts afresh.
+  when nothing can be continued one line says what was looked at and why, and the run starts afresh
+  (in a run folder of its own: a fixed run folder that holds a run with other overrides is refused).
   `resume=<run dir or .ckpt>` names the run; one with other overrides is refused, naming the keys,
   unless `resume_allow_changes=true` (e.g. to raise `trainer.max_epochs` of a finished run), which
   also lets `resume=true` take the newest run whatever its overrides.
@@ -132,7 +133,7 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
         old = latest_to_continue(out_dir, overrides, allow_changes)
         if old is None:  # nothing to continue: a fresh start
             return out_dir, None
-        if (read_record(old) or {}).get("status") == "finished":  # nothing to do (train() skips it)
+        if finished_job(old, overrides) is not None:  # nothing to do (train() skips it)
             if old != out_dir:
                 discard_fresh(out_dir)
             return old, None
@@ -167,9 +168,11 @@ def latest_to_continue(out_dir: Path, overrides: list[str], allow_changes: bool)
             continue  # not a run (or this invocation's new folder)
         status = observed_status(run, record)
         changes = override_changes(training_overrides(record.get("overrides") or []), overrides)
+        if changes and not allow_changes and run == out_dir:  # the folder named is another run's: refused
+            _check_same(run, record, overrides, allow_changes)
         if changes and not allow_changes:
             passed.append(f"{run.name}: other overrides ({'; '.join(changes)})")
-        elif status == "finished":
+        elif status == "finished":  # nothing to do; or, with changes allowed, go on from its last checkpoint
             return run
         elif status == "running" and process_alive(record):
             passed.append(f"{run.name}: still running (pid {record.get('pid')})")
