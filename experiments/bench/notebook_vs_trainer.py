@@ -25,13 +25,8 @@ after `--warmup` untimed ones:
 
 Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--threads` torch threads. Malloc
 as glibc sets it (nplm-train's default, `malloc_keep_freed=false`; this model's buffers are small).
-`--clock cpu` times every contender (nplm-train's tokens/s too) by the process's CPU time instead of
-the wall clock: on a machine that other processes load, their share of the cores drops out. With
-2 threads, work on both counts twice and serial work once, so a ratio to the notebook's loop, whose
-extra work is serial (Python, autograd), comes out lower than on the wall clock of an idle machine
-(with OMP_WAIT_POLICY=PASSIVE, so that waiting threads sleep rather than spin on the CPU).
 
-    python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile] [--fallbacks] [--clock cpu]
+    python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile] [--fallbacks]
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ import os
 import statistics
 import tempfile
 import time
-import types
 from contextlib import contextmanager
 
 import torch
@@ -50,7 +44,6 @@ from provenance import stamp
 from torch import nn
 
 K, M, H, BATCH = 10, 32, 128, 128
-CLOCK = time.perf_counter  # --clock cpu: time.process_time, the CPU time of the process (all its threads)
 MODEL = {"context_size": K, "embed_dim": M, "hidden_dim": H, "direct": True}
 
 
@@ -95,7 +88,7 @@ def notebook_loop(text: str, steps: int, warmup: int) -> float:
     while i < warmup + steps:
         for xb, yb in loader:
             if i == warmup:
-                start = CLOCK()
+                start = time.perf_counter()
             logits = model(xb)
             loss = criterion(logits, yb)
             optimizer.zero_grad()
@@ -105,7 +98,7 @@ def notebook_loop(text: str, steps: int, warmup: int) -> float:
             i += 1
             if i == warmup + steps:
                 break
-    return n / (CLOCK() - start)
+    return n / (time.perf_counter() - start)
 
 
 # -- nplm's model, head and optimizer in a plain loop ------------------------------------------------
@@ -132,7 +125,7 @@ def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd
     while i < warmup + steps:
         for context, target in dm.train_dataloader():
             if i == warmup:
-                start = CLOCK()
+                start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             if by_hand:
                 backprop.train_loss(model, head, context, target, 1 / len(target))  # nplm-train's step
@@ -144,7 +137,7 @@ def plain_loop(dm, steps: int, warmup: int, compile_step: bool = False, autograd
             i += 1
             if i == warmup + steps:
                 break
-    return n / (CLOCK() - start)
+    return n / (time.perf_counter() - start)
 
 
 # -- nplm-train ------------------------------------------------------------------------------------
@@ -161,13 +154,7 @@ def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
                      "trainer.limit_val_batches=1", "trainer.enable_progress_bar=false", *extra]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
-        from nplm.training import module
-
-        module.time = types.SimpleNamespace(perf_counter=CLOCK)  # its train/tokens_per_s on this clock
-        try:
-            return train(cfg)["train/tokens_per_s"]
-        finally:
-            module.time = time
+        return train(cfg)["train/tokens_per_s"]
 
 
 # Each speed path's capability check and the value that makes it say no (module, name, value)
@@ -209,12 +196,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the notebook's 2)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
     parser.add_argument("--fallbacks", action="store_true", help="also time nplm-train with its speed paths' fallbacks")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall: examples per second (default); cpu: per second of the process's CPU time, "
-                             "less disturbed by other processes on a shared machine")
     args = parser.parse_args()
-    global CLOCK
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(args.threads)
     import logging
 
@@ -251,8 +233,7 @@ def main() -> None:
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
     base = rates["notebook"]
     print()
-    unit = "examples per CPU second" if args.clock == "cpu" else "examples/s"
-    print(f"| training loop (batch {BATCH}, {args.steps} timed steps x {args.rounds} rounds) | {unit}, median "
+    print(f"| training loop (batch {BATCH}, {args.steps} timed steps x {args.rounds} rounds) | examples/s, median "
           "| vs notebook, median (min-max per round) | vs plain, median (min-max per round) |")
     print("|---|---:|---:|---:|")
     for name, v in rates.items():
