@@ -85,8 +85,9 @@ def network_result(row: str, record: dict, overrides: list[str]) -> dict:
     result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
               "stopped_by": stopped_by(record["history"], PATIENCE), "converged": converged(record)}
     tokens = (record.get("corpus") or {}).get("train_tokens")
-    if tokens:
-        result["train_us_per_example"] = round(1e6 * result["train_s_per_epoch"] / tokens, 2)
+    if tokens:  # from the epochs' own times (train_s_per_epoch is rounded to 0.1 s: 0.0 for a tiny corpus)
+        seconds = sum(r["train/epoch_time_s"] for r in record["history"]) / len(record["history"])
+        result["train_us_per_example"] = round(1e6 * seconds / tokens, 2)
     if record.get("tree"):
         tree = record["tree"]
         result["tree"] = {**tree, "codes_per_word": tree.get("codes_per_word", 1.0)}
