@@ -115,7 +115,14 @@ def write_readme(results: Path, readme: Path) -> None:
                 ". Command: `python experiments/scale/run.py --only heads` (the overrides of each run are in its "
                 "result file). The peak RSS of the heads that evaluate with the full softmax (softmax, importance "
                 "sampling) comes from their evaluation batch: [1024, 267,735] scores and their log-softmax, 1.1 GB "
-                "each (a smaller `data.eval_batch_size` lowers it); training alone stays below it.", ""]
+                "each (a smaller `data.eval_batch_size` lowers it); training alone stays below it.", "",
+                "Why the other heads are slow here: the class-based head's gradient for its [267,735, 290] word "
+                "matrix is dense and Adam updates all of it every step; the adaptive softmax computes, for each "
+                "target in a tail cluster, scores and a log-softmax over that whole cluster (torch's "
+                "AdaptiveLogSoftmaxWithLoss), so its cost grows with the cluster sizes: with the default cutoffs "
+                "[V/20, V/4] the last cluster holds 200,801 words, with [2000, 20000, 100000] 167,735 (a profile of "
+                "its step: mm 23%, log-softmax forward and backward 38%). Neither is a [batch, |V|] tensor "
+                "(tests/test_large_vocab.py), but neither avoids O(|V|) work per batch.", ""]
         hsm = R.get("head-hierarchical-huffman")
         if hsm:
             run = hsm["run"]
@@ -200,7 +207,10 @@ def write_readme(results: Path, readme: Path) -> None:
                 f"- class bigram table {f(r['class_bigrams_s'], 1)} s; merging the {r['classes']} classes "
                 f"{f(r['merge_classes_s'])} s.", "",
                 f"The default build (10 sweeps) would take about {hms(r['full_build_s_estimated_10_sweeps'])} "
-                f"(1 sweep: {hms(r['full_build_s_estimated_1_sweep'])}); estimated, not run.", ""]
+                f"(1 sweep: {hms(r['full_build_s_estimated_1_sweep'])}); estimated, not run: the exchange "
+                "algorithm as implemented (numpy over the C classes for each word, a Python loop over the words) does "
+                "not scale to 267,735 words and C = 1000 within a working session. (The per-word times vary between "
+                "probes by up to 2x with the machine's load.)", ""]
         if r.get("top"):
             out += ["What does finish: the whole `tree=brown` build (up to 10 sweeps) on the corpus restricted to "
                     "its N most frequent words (the rest <unk>), with fewer classes (a move costs about C times the "
@@ -210,6 +220,10 @@ def write_readme(results: Path, readme: Path) -> None:
             for t in r["top"]:
                 out.append(f"| {f(t['words'])} | {t.get('classes', r['classes'])} | {f(t['build_s'])} | "
                            f"{t['stats']['mean_depth']:.1f} | {t['stats'].get('expected_code_length_bits', 0):.2f} |")
+            out += ["", "The synthetic corpus draws every word independently, so it has no bigram structure for "
+                    "Brown's clustering to find: these trees' depths say nothing about Brown trees of real text "
+                    "(the huge `<unk>` class of a top-N vocabulary also sits wherever the merging puts it); only "
+                    "the times count."]
             out.append("")
 
     if targets:

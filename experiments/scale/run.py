@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,7 @@ def timed(mode: str, name: str, overrides: list[str], timeout: float | None = No
     out = RUNS / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
+    shutil.rmtree(RUNS / name, ignore_errors=True)  # a finished run's folder: nplm-train would not train again
     outer = child([PY, str(HERE / "timed_run.py"), mode, str(out), f"{time.time():.6f}", *overrides,
                    f"paths.output_dir={RUNS / name}"], timeout)
     result = json.loads(out.read_text()) if out.exists() else {}
