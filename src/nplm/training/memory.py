@@ -133,9 +133,10 @@ def _batch_bytes(module, batch: int, train: bool) -> int | None:
     return min(count.bytes, 3 * count.largest)  # without gradients, each tensor is freed once used
 
 
-def estimate(cfg: DictConfig, vocab: dict, tree: dict | None) -> dict | None:
+def estimate(cfg: DictConfig, vocab, tree=None) -> dict | None:
     """Bytes the run needs: {"weights", "optimizer", "gradients", "activations", "total", "params",
-    "largest": [(name, shape), ...]}; None where the module cannot be built on the meta device (its
+    "largest": [(name, shape), ...], "vocab_size"}; `vocab` and `tree` as LanguageModel takes them (objects or
+    dicts); None where the module cannot be built on the meta device (its
     real build then reports what is wrong)."""
     from nplm.training.module import LanguageModel
 
@@ -150,7 +151,8 @@ def estimate(cfg: DictConfig, vocab: dict, tree: dict | None) -> dict | None:
         return None
     named = [(name, tuple(p.shape), p.numel()) for name, p in module.named_parameters()]
     params = sum(n for *_, n in named)
-    per_word = sum(n for _, shape, n in named if len(vocab["tokens"]) in shape)  # weights with a row per word
+    vocab_size = len(module.vocab)
+    per_word = sum(n for _, shape, n in named if vocab_size in shape)  # weights with a row per word
     weights = params * FLOAT_BYTES
     optimizer = _optimizer_state_bytes(module, plain["optimizer"], params)
     train = _batch_bytes(module, int(cfg.data.batch_size), train=True) or 0
@@ -160,7 +162,7 @@ def estimate(cfg: DictConfig, vocab: dict, tree: dict | None) -> dict | None:
             "activations": activations, "activations_of": "data.batch_size" if train >= evaluation else "data.eval_batch_size",
             "total": 2 * weights + optimizer + activations,
             "largest": [(name, shape) for name, shape, _ in sorted(named, key=lambda t: -t[2])[:2]],
-            "per_word": per_word}
+            "per_word": per_word, "vocab_size": vocab_size}
 
 
 def _keys_behind(cfg: DictConfig, need: dict, vocab_size: int) -> list[str]:
@@ -174,7 +176,7 @@ def _keys_behind(cfg: DictConfig, need: dict, vocab_size: int) -> list[str]:
     return keys
 
 
-def check_memory(cfg: DictConfig, vocab: dict, tree: dict | None = None) -> None:
+def check_memory(cfg: DictConfig, vocab, tree=None) -> None:
     """Refuse, before it is allocated, a run whose model, optimizer state and batches cannot fit in
     the memory available now (`module docstring`). Rank 0 only: it counts every process of CPU DDP."""
     from pytorch_lightning.utilities import rank_zero_only
@@ -192,7 +194,7 @@ def check_memory(cfg: DictConfig, vocab: dict, tree: dict | None = None) -> None
               gigabytes(free[0]), free[1])
     if total <= free[0]:
         return
-    keys = _keys_behind(cfg, need, len(vocab["tokens"]))
+    keys = _keys_behind(cfg, need, need["vocab_size"])
     largest = ", ".join(f"{name} {list(shape)}" for name, shape in need["largest"])
     batch = need["activations_of"]
     batch = f"{batch}={cfg.data[batch.split('.')[1]]}"

@@ -121,10 +121,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
     dm.group_training(plan.batches_per_step, plan.train_batches)
     tree = tree_of_run(cfg, dm, out_dir, train_first=_train)
-    check_memory(cfg, dm.vocab.to_dict(), tree.to_dict() if tree is not None else None)  # before allocating
+    check_memory(cfg, dm.vocab, tree)  # before allocating
     module = LanguageModel(container(cfg.model), container(cfg.head), container(cfg.optimizer),
-                           dm.vocab.to_dict(), data={"corpus": container(cfg.corpus), **container(cfg.data)},
-                           tree=tree.to_dict() if tree is not None else None)
+                           dm.vocab, data={"corpus": container(cfg.corpus), **container(cfg.data)}, tree=tree)
     module.step_options = plan.step_options
     module.train_batches = plan.train_batches
     if ckpt is not None:

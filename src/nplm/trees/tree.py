@@ -214,19 +214,17 @@ class Tree:
         return self._paths
 
     def levels(self) -> list[torch.Tensor]:
-        """Internal node ids grouped by depth, root first: the order of a level-by-level pass."""
-        depth = [0] * len(self.children)
-        for parent, pair in enumerate(self.children):
-            for c in pair:
-                if c >= 0:
-                    depth[c] = depth[parent] + 1
-        by_depth: list[list[int]] = [[] for _ in range(max(depth) + 1)]
-        for node, d in enumerate(depth):
-            by_depth[d].append(node)
-        return [torch.tensor(ids) for ids in by_depth]
+        """Internal node ids grouped by depth, root first: the order of a level-by-level pass. (numpy,
+        one level per step: the breadth-first numbering makes each level the children of the last.)"""
+        ch, levels, frontier = self.pairs(), [], np.array([0])  # [I, 2]; node 0 is the root
+        while len(frontier):
+            levels.append(torch.from_numpy(frontier))
+            kids = ch[frontier].reshape(-1)
+            frontier = kids[kids >= 0]
+        return levels
 
     def children_tensor(self) -> torch.Tensor:
-        return torch.tensor(self.children, dtype=torch.long)  # [I, 2]
+        return torch.from_numpy(self.pairs().copy())  # [I, 2]
 
     def word_of_leaf(self) -> torch.Tensor:
         """[L] the word of each leaf."""
