@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
@@ -85,6 +86,35 @@ def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, reru
             print(f"{name}: exit {code}, status {status}; see {log_path}", flush=True)
             return None
     return record
+
+
+def converged(record: dict | None, patience: int, max_epochs: int) -> bool:
+    """The run ended by early stopping (or at the `max_epochs` safety net), not by a time limit."""
+    history = (record or {}).get("history") or []
+    if (record or {}).get("status") != "finished" or not history:
+        return False
+    return stopped_by(history, patience) == "early stopping" or len(history) >= max_epochs
+
+
+def train_to_convergence(name: str, overrides: list[str], run_dir: Path, threads: int, deadline: float | None,
+                         patience: int, max_epochs: int, margin_s: float = 120) -> dict | None:
+    """A row trained to early stopping across calls: None (with a line saying why) when it did not
+    finish this time, else its finished run record, converged or not. A converged run is returned as it
+    is; any other (killed, or stopped by an earlier budget) goes on from its last checkpoint. `deadline`
+    (Unix time): the run stops `margin_s` before it (`stop_at`), leaving time to test its best checkpoint;
+    a row with less than twice that left does not start."""
+    record = read_record(run_dir)
+    if converged(record, patience, max_epochs):
+        return record
+    budget = []
+    if deadline is not None:
+        if deadline - time.time() < 2 * margin_s:
+            print(f"{name}: not started, less than {2 * margin_s:.0f} s of the budget left", flush=True)
+            return None
+        budget = [f"stop_at={deadline - margin_s:.0f}"]
+    # go on from the last checkpoint, whatever stopped it (a kill, or the budget: then stop_at differs)
+    rerun = (Path(run_dir) / "checkpoints" / "last.ckpt").exists()
+    return train_row(name, [*overrides, *budget], run_dir, threads, rerun=rerun)
 
 
 def best_epoch(history: list[dict]) -> int:

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+import replication
 from replication import (DATA_DIR, corpus_datamodule, load_result, machine, read_record, run_summary, stopped_by,
-                         train_row, valid_test, write_result)
+                         valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -73,10 +74,7 @@ TEST_MARGIN_S = 120  # --budget-s: a row stops training this long before the bud
 # -- training ----------------------------------------------------------------------------------------------
 def converged(record: dict | None) -> bool:
     """The run ended by early stopping (or at the MAX_EPOCHS safety net), not by a time limit."""
-    history = (record or {}).get("history") or []
-    if (record or {}).get("status") != "finished" or not history:
-        return False
-    return stopped_by(history, PATIENCE) == "early stopping" or len(history) >= MAX_EPOCHS
+    return replication.converged(record, PATIENCE, MAX_EPOCHS)
 
 
 def network_result(row: str, record: dict, overrides: list[str]) -> dict:
@@ -117,15 +115,8 @@ def train_network(row: str, threads: int, deadline: float | None, extra: list[st
     if overrides is None:
         print(f"{row}: skipped, its first model ({FIRST_MODEL}) has not finished", flush=True)
         return
-    budget = []
-    if deadline is not None:
-        if deadline - time.time() < 2 * TEST_MARGIN_S:
-            print(f"{row}: not started, less than {2 * TEST_MARGIN_S} s of the budget left", flush=True)
-            return
-        budget = [f"stop_at={deadline - TEST_MARGIN_S:.0f}"]
-    # go on from the last checkpoint, whatever stopped it (a kill, or the budget: then stop_at differs)
-    rerun = (run_dir / "checkpoints" / "last.ckpt").exists()
-    record = train_row(row, [*overrides, *extra, *budget, "logger=none"], run_dir, threads, rerun=rerun)
+    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], run_dir, threads, deadline,
+                                              PATIENCE, MAX_EPOCHS, TEST_MARGIN_S)
     if record is not None:
         result = network_result(row, record, overrides)
         write_result(RESULTS, row, result)

@@ -1,0 +1,84 @@
+"""experiments/tinyshakespeare_char/run.py: its README comes from the result files alone, and the driver
+trains a row, scores it beside the Kneser-Ney 5-gram and resumes, on a small text."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = ROOT / "experiments" / "tinyshakespeare_char"
+
+
+def driver():
+    spec = importlib.util.spec_from_file_location("ts_run", EXPERIMENT / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = True) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"row": row, "command": f"nplm-train experiment={row}", "git_commit": "abcdef0123", "machine": "m",
+              "parameters": 1234567, "context": 64, "epochs": 9, "best_epoch": 7, "converged": converged,
+              "stopped_by": "early stopping" if converged else "time limit (1 epochs after the best)",
+              "train_s_per_epoch": 400.0, "wall_time_s": 3600, "valid": valid, "kn5_valid": kn5,
+              "mix_valid": valid - 0.2, "mix_weight": 0.8,
+              "history": [{"epoch": 1, "train_ppl": 6.0, "valid_ppl": valid + 1, "tokens_per_s": 2500.0,
+                           "epoch_time_s": 400.0}]}
+    (folder / f"{row}.json").write_text(json.dumps(record))
+
+
+def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
+    run = driver()
+    result(tmp_path, "modern", 4.5, 4.76)
+    text = run.tables(tmp_path)
+    assert "| Kneser-Ney 5-gram, modified, interpolated (counted) | 4 |  | 4.760 | 1.5602 | +0.0% |" in text
+    assert ("| the modern NPLM (`experiment=sun2021/tinyshakespeare_char`) | 64 | 1,234,567 | 4.500 | 1.5041 | "
+            "-5.5% | 9 / 7 | early stopping | 400 |") in text
+    assert "| nanoGPT's character Transformer (published: its README) | 256 | 10.7M | 4.348 | 1.4697 | -8.7% |" in text
+    assert "| the notebook's network (`experiment=tinyshakespeare_char`) |  |" in text  # not run: empty
+    assert "- 4.500 against the KN5's 4.760: -5.5% (met); +0.0344 nats per character from nanoGPT's 1.4697" in text
+    result(tmp_path, "modern", 4.9, 4.76, converged=False)
+    text = run.tables(tmp_path)
+    assert "+2.9% (missed; the run has not reached early stopping yet)" in text
+    assert "| 9* / 7 |" in text
+    assert "not measured" in run.tables(tmp_path / "none")
+
+
+def test_the_readme_is_written_from_the_committed_results():
+    run = driver()
+    assert (EXPERIMENT / "README.md").read_text() == (EXPERIMENT / "INTRO.md").read_text() + "\n" + run.tables(), (
+        "experiments/tinyshakespeare_char/README.md differs: python experiments/tinyshakespeare_char/run.py --report-only")
+
+
+@pytest.mark.slow
+def test_the_driver_trains_scores_beside_kn5_and_resumes(tmp_path):
+    text = tmp_path / "input.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 60)
+    readme_before = (EXPERIMENT / "README.md").read_text()
+
+    def call(epochs: int) -> dict:
+        extra = (f"corpus.path={text} paths.data_dir={tmp_path / 'data'} model.context_size=8 model.window=4 "
+                 f"model.summaries=1 model.embed_dim=8 model.hidden_dim=16 model.num_layers=1 "
+                 f"trainer.max_epochs={epochs} data.batch_size=64")
+        command = [sys.executable, str(EXPERIMENT / "run.py"), "--rows", "modern", "--threads", "1", "--extra", extra,
+                   "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
+        env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "NPLM_DATA_DIR": str(tmp_path / "data")}
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return json.loads((tmp_path / "results" / "modern.json").read_text())
+
+    got = call(2)
+    assert got["epochs"] == 2 and got["stopped_by"] == "epoch limit" and not got["converged"]
+    assert 1 < got["kn5_valid"] < 65 and 1 < got["valid"] < 65 and 0 <= got["mix_weight"] <= 1
+    assert abs(got["scored_valid"] - got["valid"]) < 1e-3 * got["valid"]  # nplm-mix scores what training validated
+    assert got["context"] == 8 and got["parameters"] > 0 and len(got["history"]) == 2
+    assert call(3)["epochs"] == 3  # not converged: the next call goes on from the last checkpoint
+    assert (EXPERIMENT / "README.md").read_text() == readme_before  # a smoke test's results stay out of it
