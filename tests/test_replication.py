@@ -78,3 +78,45 @@ def test_valid_test_cell():
     assert valid_test(284.44, 268.0) == "284 / 268"
     assert valid_test(None, None) == ""
     assert valid_test(1.26, 2.5, 1) == "1.3 / 2.5"
+
+
+def bengio_driver():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "bengio2003" / "run.py"
+    spec = importlib.util.spec_from_file_location("bengio_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_modern_nplm_row_composes_and_changes_one_part(tmp_path):
+    run = bengio_driver()
+    recipe = compose_cfg(tmp_path, "experiment=sun2021/brown").model
+    assert (recipe.name, recipe.context_size, recipe.window, recipe.summaries, recipe.num_layers) == ("modern", 32, 8, 2, 4)
+    for row, (overrides, _) in run.SUN2021.items():
+        model = compose_cfg(tmp_path, "experiment=sun2021/brown", *overrides).model
+        changed = {k for k in recipe if model[k] != recipe[k]}
+        assert changed == {o.split("=")[0].split(".")[1] for o in overrides}, row
+
+
+def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, monkeypatch):
+    import json
+
+    run = bengio_driver()
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    common = {"epochs": 9, "best_epoch": 7, "train_s_per_epoch": 800.0, "parameters": 5_000_000, "mixture": None}
+    (tmp_path / "converged-mlp9-lr0.384.json").write_text(json.dumps({**common, "row": "mlp9", "lr": 0.384,
+                                                                      "valid": 250.0, "test": 237.9}))
+    assert "Target (issue 27): test 226.0 or lower, 5% below MLP9 `converged` (237.9): not measured" in run.sun2021_table()
+    (tmp_path / "sun2021.json").write_text(json.dumps({**common, "valid": 240.0, "test": 230.0, "converged": False,
+                                                       "stopped_by": "time limit (1 epochs after the best)"}))
+    (tmp_path / "sun2021-untied.json").write_text(json.dumps({**common, "valid": 250.0, "test": 241.5, "converged": True,
+                                                              "stopped_by": "early stopping"}))
+    text = run.sun2021_table()
+    assert "| sun2021 | the recipe: 4 residual blocks, a window of 8 and 2 averages of the 24 before it, tied | " \
+           "5,000,000 | 240.0 / 230.0 | +0.0% | -3.3% | 9* / 7 | time limit (1 epochs after the best) | 800 |" in text
+    assert "| sun2021-untied | output vectors apart from the input table | 5,000,000 | 250.0 / 241.5 | +5.0% | +1.5% |" in text
+    assert "| sun2021-depth1 | depth: 1 block |  |" in text  # not run: empty
+    assert "230.0, 3.3% below (missed by 4.0; not yet at early stopping)." in text

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+import replication
 from replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary,
                               stopped_by, train_row, valid_test, write_result)
 
@@ -55,6 +56,20 @@ RECIPES = ("paper", "modern", "converged")
 # step size with the best validation perplexity.
 DEFAULT_LRS = "0.128"
 BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
+# The modern NPLM (Sun & Iyyer 2021; issue 27): conf/experiment/sun2021/brown.yaml, and one part changed at a
+# time. row: (overrides after the recipe, what the row changes)
+SUN2021 = {
+    "sun2021": ([], "the recipe: 4 residual blocks, a window of 8 and 2 averages of the 24 before it, tied"),
+    "sun2021-depth1": (["model.num_layers=1"], "depth: 1 block"),
+    "sun2021-depth2": (["model.num_layers=2"], "depth: 2 blocks"),
+    "sun2021-no-residual": (["model.residual=false"], "no residual sums"),
+    "sun2021-window4": (["model.window=4"], "window of 4 (28 averaged)"),
+    "sun2021-window16": (["model.window=16"], "window of 16 (16 averaged)"),
+    "sun2021-no-distant": (["model.summaries=0", "model.context_size=8"], "no distant context: the window of 8 alone"),
+    "sun2021-untied": (["model.tie_embeddings=false"], "output vectors apart from the input table"),
+}
+SUN2021_PATIENCE, SUN2021_MAX_EPOCHS = 2, 40  # as conf/experiment/sun2021/brown.yaml
+SUN2021_GAIN = 0.05  # issue 27: the modern NPLM at least 5% below the best network of the table on test
 CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (corpus=brown_bengio2003, picked by paper.yaml)
 
 
@@ -111,6 +126,25 @@ def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | 
           f"{mixed['test']['mix_fixed']:.1f}", flush=True)
 
 
+def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[str] = ()) -> None:
+    """Train one modern-NPLM row to early stopping (resumable across calls; `deadline`: see
+    replication.train_to_convergence) and write its result."""
+    from nplm.training.checkpoint import load_model
+
+    overrides = ["experiment=sun2021/brown", *SUN2021[row][0]]
+    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads, deadline,
+                                              SUN2021_PATIENCE, SUN2021_MAX_EPOCHS)
+    if record is None:
+        return
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
+              "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
+              "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
+              "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters())}
+    write_result(RESULTS, row, result)
+    print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
+          f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+
+
 # -- the README ------------------------------------------------------------------------------------
 def _load(name: str) -> dict | None:
     """A row's result; for `converged-<row>`, the step size with the best validation perplexity, with
@@ -162,7 +196,51 @@ def tables() -> str:
                               f"{got['train_s_per_epoch']:.0f} | {got['train_s_per_epoch'] * got['epochs'] / 60:.0f} | "
                               f"`{got['command']}` | "
                               f"{got['machine']} |")
-    return "\n".join(lines + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n"
+    return ("\n".join(lines + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n\n"
+            + sun2021_table() + "\n")
+
+
+def best_network() -> tuple[str, float] | None:
+    """(row, test perplexity) of the best network of Table 1 under any recipe."""
+    nets = [(f"{row.upper()} `{recipe}`", r["test"]) for row in NETWORKS for recipe in RECIPES
+            if (r := _load(f"{recipe}-{row}"))]
+    return min(nets, key=lambda t: t[1]) if nets else None
+
+
+def sun2021_table() -> str:
+    """The modern NPLM's rows: the recipe, and what each part is worth (test perplexity with it changed)."""
+    best = best_network()
+    recipe = _load("sun2021")
+    lines = ["## The modern NPLM (Sun & Iyyer 2021) on this protocol", "",
+             "`experiment=sun2021/brown` ([brown.yaml](../../conf/experiment/sun2021/brown.yaml)) and one part "
+             "changed at a time (`python experiments/bengio2003/run.py --rows sun2021,sun2021-depth1,...`); every "
+             "row trained to early stopping (patience 2); epochs trained / best, * = stopped before early "
+             "stopping (a `--budget-s`; the next call goes on); empty = not run yet.", "",
+             "| row | change | parameters | valid / test | test vs the recipe | test vs "
+             + (f"{best[0]} ({best[1]:.1f})" if best else "the best network") + " | epochs | stopped by | s / epoch |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for row, (_, change) in SUN2021.items():
+        r = _load(row)
+        if not r:
+            lines.append(f"| {row} | {change} |  |  |  |  |  |  |  |")
+            continue
+        star = "" if r["converged"] else "*"
+        versus = f"{100 * (r['test'] / recipe['test'] - 1):+.1f}%" if recipe else ""
+        lines.append(f"| {row} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
+                     + (f"{100 * (r['test'] / best[1] - 1):+.1f}%" if best else "")
+                     + f" | {r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
+    lines.append("")
+    if best is None:
+        return "\n".join(lines + ["Target: no network of Table 1 has a result yet."])
+    goal = (1 - SUN2021_GAIN) * best[1]
+    target = f"Target (issue 27): test {goal:.1f} or lower, {100 * SUN2021_GAIN:.0f}% below {best[0]} ({best[1]:.1f}): "
+    if not recipe:
+        return "\n".join(lines + [target + "not measured (the row has not run)."])
+    met = recipe["test"] <= goal
+    lines.append(target + f"{recipe['test']:.1f}, {100 * (1 - recipe['test'] / best[1]):.1f}% below "
+                 + f"({'met' if met else 'missed by ' + format(recipe['test'] - goal, '.1f')}"
+                 + ("" if recipe["converged"] else "; not yet at early stopping") + ").")
+    return "\n".join(lines)
 
 
 def conclusions() -> str:
@@ -210,6 +288,8 @@ def main() -> None:
                         help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
     parser.add_argument("--extra", default="", help="overrides for every network run that leave the model and "
                         "recipe alone, e.g. 'trainer=gpu logger=csv trainer.max_time=00:00:20:00'")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="the sun2021 rows stop by this many seconds after the start (the next call goes on)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
     parser.add_argument("--rerun", action="store_true",
                         help="redo the chosen rows though they have results: count the n-grams again, and train "
@@ -217,11 +297,12 @@ def main() -> None:
                              "delete outputs/bengio2003/<recipe>/<row> to train one from scratch")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS]
-    unknown = sorted(set(chosen) - set(NGRAMS) - set(NETWORKS))
+    chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021]
+    unknown = sorted(set(chosen) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
     recipes = args.recipes.split(",")
     if unknown or set(recipes) - set(RECIPES):
-        raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are {', '.join([*NGRAMS, *NETWORKS])}, "
+        raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are "
+                         f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, "
                          f"recipes {', '.join(RECIPES)}")
     if not args.report_only:
         count_ngrams([k for k in chosen if k in NGRAMS], args.rerun)
@@ -230,6 +311,9 @@ def main() -> None:
                 lrs = [float(x) for x in args.lrs.split(",")] if recipe == "converged" else [None]
                 for lr in lrs:
                     train_network(recipe, row, args.threads, args.rerun, lr, args.extra.split())
+        deadline = time.time() + args.budget_s if args.budget_s else None
+        for row in (r for r in chosen if r in SUN2021):
+            train_sun2021(row, args.threads, deadline, args.extra.split())
     intro = (HERE / "INTRO.md").read_text()
     (HERE / "README.md").write_text(intro + "\n" + tables())
     print(tables())
