@@ -25,7 +25,6 @@ INTRO.md and the result files only.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import sys
@@ -287,22 +286,10 @@ def targets(results: Path, morin: Path) -> list[str]:
 
 def main() -> None:
     global RESULTS, OUT
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT)
     parser.add_argument("--rerun", action="store_true", help="measure `timing` again though it has a result")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="stop every row by this many seconds after the start (each tests its best checkpoint "
-                             "and records \"converged\": false; the next call goes on)")
-    parser.add_argument("--extra", default="", help="overrides added to every row (a smoke test: "
-                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
-    parser.add_argument("--results", default=str(RESULTS), help="where result files go")
-    parser.add_argument("--runs", default=str(OUT), help="where the rows' run folders go")
     args = parser.parse_args()
-    chosen = args.rows.split(",") if args.rows else list(ROWS)
-    if unknown := sorted(set(chosen) - set(ROWS)):
-        raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
+    chosen = replication.chosen_rows(args, ROWS)
     RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
     deadline = time.time() + args.budget_s if args.budget_s else None
     if not args.report_only:

@@ -29,7 +29,6 @@ result files in results/ only. Runs live in outputs/morin2005/.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import subprocess
@@ -39,6 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+import replication
 from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
                               run_summary, stopped_by, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
@@ -440,26 +440,15 @@ def priority(row: str) -> int:
 
 def main() -> None:
     global RESULTS, OUT
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(ROWS)} (default all)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
+    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT, note="with --parallel: ")
     parser.add_argument("--rerun", action="store_true",
                         help="redo the chosen rows though they have results (networks go on from their last "
                              "checkpoint; delete outputs/morin2005/<row> to train one from scratch)")
     parser.add_argument("--parallel", type=int, default=0,
                         help="train the network rows N at a time, each to convergence (module docstring)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="with --parallel: trainer=gpu or not")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="with --parallel: stop every row by this many seconds after the start")
-    parser.add_argument("--extra", default="", help="with --parallel: overrides added to every row (a smoke test: "
-                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
-    parser.add_argument("--results", default=str(RESULTS), help="with --parallel: where result files go")
-    parser.add_argument("--runs", default=str(OUT), help="with --parallel: where the rows' run folders go")
     args = parser.parse_args()
-    chosen = args.rows.split(",") if args.rows else list(ROWS)
-    if unknown := sorted(set(chosen) - set(ROWS)):
-        raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(ROWS)}")
+    chosen = replication.chosen_rows(args, ROWS)
     if args.parallel and not args.report_only:  # (the README is still written from results/ below)
         RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
         rows = [r for r in chosen if r in NETWORKS and ("wordnet" not in r or wordnet_installed())]
