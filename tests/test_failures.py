@@ -318,6 +318,18 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_before_it_is_allocated(tmp
         check_memory(big_batch, vocab)
 
 
+@pytest.mark.parametrize("head", ["softmax", "class_based", "adaptive", "importance_sampling", "nce"])
+def test_the_memory_estimate_builds_every_head_without_a_tree_on_the_meta_device(tmp_path, head):
+    from nplm.training.memory import estimate
+
+    V = 1000
+    vocab = {"tokens": [f"w{i}" for i in range(V)], "counts": list(range(V, 0, -1)), "unk": "w0", "joiner": " ",
+             "tokenizer": "whitespace"}
+    cfg = compose_cfg(tmp_path, "corpus=toy", "model.embed_dim=16", "model.hidden_dim=32", f"head={head}")
+    need = estimate(cfg, vocab)
+    assert need is not None and need["vocab_size"] == V and need["params"] > V * 32  # the output layer alone
+
+
 @pytest.mark.slow
 def test_nplm_train_refuses_the_issues_model_in_one_line_and_writes_nothing(tmp_path):
     one_line(nplm(tmp_path, "nplm.cli.train", *TOY, "model.embed_dim=100000", "model.hidden_dim=100000",

@@ -119,7 +119,7 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
     from nplm.trees import TreeContext, build_tree
 
     torch.set_num_threads(threads)
-    keep_freed_memory()  # as nplm-train does (nplm.fast.malloc)
+    keep_freed_memory()  # nplm-train does so with malloc_keep_freed=true (nplm.fast.malloc): the timings are those of that setting
     dm = morin_corpus()
     V, counts = len(dm.vocab), dm.vocab.counts
     tree = build_tree({"name": "balanced"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))

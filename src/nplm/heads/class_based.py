@@ -145,16 +145,18 @@ class ClassBasedHead(Head):
         """Frequency-bin classes, or with `tree` the tree's top K subtrees (`tree_cut`)."""
         super().__init__()
         K = round(math.sqrt(vocab_size)) if num_classes is None else num_classes
-        order, class_of_rank = frequency_bins(counts, K) if tree is None else tree_cut(tree, counts, K)
-        # class-sorted layout: classes are runs of ranks, so rank order is already grouped by class
-        position = torch.empty_like(order)
-        position[order] = torch.arange(vocab_size)
+        with torch.device("cpu"):  # index tables are data: made for real also when the module is built on the
+            # meta device (nplm.training.memory's estimate), whose parameters alone take no memory
+            order, class_of_rank = frequency_bins(counts, K) if tree is None else tree_cut(tree, counts, K)
+            # class-sorted layout: classes are runs of ranks, so rank order is already grouped by class
+            position = torch.empty_like(order)
+            position[order] = torch.arange(vocab_size)
+            bounds = torch.searchsorted(class_of_rank, torch.arange(K + 1))  # [K + 1] first row of each class
         self.num_classes = K
         self.register_buffer("word_at", order)  # [V] row of `word_out` -> word id
         self.register_buffer("position", position)  # [V] word id -> row of `word_out`
         self.register_buffer("class_of_row", class_of_rank)  # [V] row -> class (non-decreasing)
         self.register_buffer("class_of", class_of_rank[position])  # [V] word id -> class
-        bounds = torch.searchsorted(class_of_rank, torch.arange(K + 1))  # [K + 1] first row of each class
         self.register_buffer("bounds", bounds)
         self._bounds = bounds.tolist()  # the same K + 1 row offsets as Python ints: no device read per batch
         self.class_out = nn.Linear(feature_dim, K)  # A [K, F], a [K]
