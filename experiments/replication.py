@@ -129,7 +129,8 @@ def train_to_convergence(name: str, overrides: list[str], run_dir: Path, threads
     finish this time, else its finished run record, converged or not. A converged run is returned as it
     is; any other (killed, or stopped by an earlier budget) goes on from its last checkpoint. `deadline`
     (Unix time): the run stops `margin_s` before it (`stop_at`), leaving time to test its best checkpoint;
-    a row with less than twice that left does not start."""
+    a row with less than twice that left does not start, and its last finished record (an earlier
+    budget's) is returned as it is."""
     record = read_record(run_dir)
     if converged(record, patience, max_epochs):
         return record
@@ -137,7 +138,7 @@ def train_to_convergence(name: str, overrides: list[str], run_dir: Path, threads
     if deadline is not None:
         if deadline - time.time() < 2 * margin_s:
             print(f"{name}: not started, less than {2 * margin_s:.0f} s of the budget left", flush=True)
-            return None
+            return record if record and record.get("status") == "finished" else None
         budget = [f"stop_at={deadline - margin_s:.0f}"]
     # go on from the last checkpoint, whatever stopped it (a kill, or the budget: then stop_at differs)
     rerun = (Path(run_dir) / "checkpoints" / "last.ckpt").exists()

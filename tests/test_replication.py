@@ -120,3 +120,33 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
     assert "| sun2021-untied | output vectors apart from the input table | 5,000,000 | 250.0 / 241.5 | +5.0% | +1.5% |" in text
     assert "| sun2021-depth1 | depth: 1 block |  |" in text  # not run: empty
     assert "230.0, 3.3% below (missed by 4.0; not yet at early stopping)." in text
+
+
+def test_train_to_convergence_skips_converged_rows_resumes_others_and_respects_the_budget(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import json
+    import time
+
+    import replication
+
+    calls = []
+    monkeypatch.setattr(replication, "train_row", lambda name, overrides, run_dir, threads, rerun=False:
+                        calls.append((overrides, rerun)) or {"status": "finished", "called": True})
+
+    def record(epochs: int, best: int) -> None:  # val/ppl falls to epoch `best`, then rises
+        history = [{"epoch": e, "step": 10 * (e + 1), "val/ppl": 100 - e if e < best else 100 - best + e,
+                    "train/epoch_time_s": 1.0} for e in range(epochs)]
+        (tmp_path / "metrics.json").write_text(json.dumps({"status": "finished", "history": history}))
+        (tmp_path / "checkpoints").mkdir(exist_ok=True)
+        (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+
+    record(5, 3)  # two epochs after the best: converged, not trained again
+    got = replication.train_to_convergence("r", ["a=1"], tmp_path, 1, None, patience=2, max_epochs=40)
+    assert got["history"] and calls == []
+    record(4, 4)  # still improving when a budget stopped it: goes on from its checkpoint, stopped by the new one
+    deadline = time.time() + 3600
+    assert replication.train_to_convergence("r", ["a=1"], tmp_path, 1, deadline, 2, 40)["called"]
+    assert calls == [(["a=1", f"stop_at={deadline - 120:.0f}"], True)]
+    late = replication.train_to_convergence("r", ["a=1"], tmp_path, 1, time.time() + 100, 2, 40)
+    assert len(calls) == 1 and late["status"] == "finished" and "called" not in late  # its last record as it is
+    assert "r: not started, less than 240 s of the budget left" in capsys.readouterr().out
