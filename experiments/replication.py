@@ -142,7 +142,11 @@ def train_to_convergence(name: str, overrides: list[str], run_dir: Path, threads
         budget = [f"stop_at={deadline - margin_s:.0f}"]
     # go on from the last checkpoint, whatever stopped it (a kill, or the budget: then stop_at differs)
     rerun = (Path(run_dir) / "checkpoints" / "last.ckpt").exists()
-    return train_row(name, [*overrides, *budget], run_dir, threads, rerun=rerun)
+    record = train_row(name, [*overrides, *budget], run_dir, threads, rerun=rerun)
+    if record is not None and not record.get("history"):
+        print(f"{name}: stopped before its first epoch ended; no result yet (the next call goes on)", flush=True)
+        return None
+    return record
 
 
 def best_epoch(history: list[dict]) -> int:

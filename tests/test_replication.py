@@ -150,3 +150,7 @@ def test_train_to_convergence_skips_converged_rows_resumes_others_and_respects_t
     late = replication.train_to_convergence("r", ["a=1"], tmp_path, 1, time.time() + 100, 2, 40)
     assert len(calls) == 1 and late["status"] == "finished" and "called" not in late  # its last record as it is
     assert "r: not started, less than 240 s of the budget left" in capsys.readouterr().out
+    (tmp_path / "metrics.json").unlink()  # a budget that ends inside the first epoch: no epoch, no result
+    monkeypatch.setattr(replication, "train_row", lambda *args, **kwargs: {"status": "finished", "history": []})
+    assert replication.train_to_convergence("r", ["a=1"], tmp_path, 1, deadline, 2, 40) is None
+    assert "r: stopped before its first epoch ended; no result yet" in capsys.readouterr().out
