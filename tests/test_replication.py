@@ -131,7 +131,7 @@ def test_train_to_convergence_skips_converged_rows_resumes_others_and_respects_t
 
     calls = []
     monkeypatch.setattr(replication, "train_row", lambda name, overrides, run_dir, threads, rerun=False:
-                        calls.append((overrides, rerun)) or {"status": "finished", "called": True})
+                        calls.append((overrides, rerun)) or {"status": "finished", "called": True, "history": [{}]})
 
     def record(epochs: int, best: int) -> None:  # val/ppl falls to epoch `best`, then rises
         history = [{"epoch": e, "step": 10 * (e + 1), "val/ppl": 100 - e if e < best else 100 - best + e,
