@@ -57,6 +57,9 @@ def test_tables_and_targets_come_from_the_result_files(tmp_path):
             "141.4 against 140.0, +1.0% (missed)") in text
     assert "- NCE within 3% of the softmax's perplexity: 143.0 against 140.0, +2.1% (met)" in text
     assert "6.0x (met" in text
+    assert ("| a learned single-code tree (ADAPTIVE) against the random tree | -11.8% (150.0 / 170.0) | "
+            "-3.1% (166.1 / 171.4) |") in text
+    assert "| the ADAPTIVE(0.4) x4 tree against the model's own full softmax | +1.0% (141.4 / 140.0) |  |" in text
     empty = run.tables(tmp_path / "none", morin)
     assert "not measured (rows not run)" in empty and "`--rows timing` not run" in empty
 

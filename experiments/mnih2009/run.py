@@ -208,8 +208,32 @@ def tables(results: Path | None = None, morin: Path | None = None) -> str:
                  f"{theirs['test']:.1f}" if theirs else "",
                  pct(theirs["test"], nplm["test"]) if theirs and nplm else ""]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += sampled_table(results) + targets(results, morin)
+    lines += sampled_table(results) + targets(results, morin) + same_trees(results, morin)
     return "\n".join(lines) + "\n"
+
+
+TREE_GAPS = (  # (what, the LBL's rows, the NPLM's rows (morin2005)): (row, reference row) each
+    ("a learned single-code tree (ADAPTIVE) against the random tree",
+     ("hlbl-adaptive", "hlbl-random"), ("hierarchical-learned-logistic", "hierarchical-random-logistic")),
+    ("the ADAPTIVE(0.4) x4 tree against the random tree",
+     ("hlbl-adaptive0.4-x4", "hlbl-random"),
+     ("hierarchical-learned-eps0.4-x4-logistic-unigram-init", "hierarchical-random-logistic")),
+    ("the ADAPTIVE(0.4) x4 tree against the model's own full softmax",
+     ("hlbl-adaptive0.4-x4", "lbl"), ("hierarchical-learned-eps0.4-x4-logistic-unigram-init", "nplm")),
+)
+
+
+def same_trees(results: Path, morin: Path) -> list[str]:
+    """The same tree code under the two models: test perplexity of each tree against its reference."""
+    out = ["", "The same trees under each model (test perplexity, change against the reference row):", "",
+           "| comparison | LBL / HLBL | NPLM (morin2005) |", "|---|---:|---:|"]
+    for what, ours, theirs in TREE_GAPS:
+        cells = []
+        for folder, (row, reference) in ((results, ours), (morin, theirs)):
+            a, b = load_result(folder, row), load_result(folder, reference)
+            cells.append(f"{pct(a['test'], b['test'])} ({a['test']:.1f} / {b['test']:.1f})" if a and b else "")
+        out.append(f"| {what} | {cells[0]} | {cells[1]} |")
+    return out
 
 
 def sampled_table(results: Path) -> list[str]:
