@@ -49,6 +49,7 @@ SINGLE_CODE = "123-131"  # the issue quotes "learned single-code trees about 131
 NETWORKS = {
     "lbl": (LBL, "117", "nplm"),
     "lbl-nce": ([*LBL, "head=nce"], "", None),
+    "lbl-nce-k100": ([*LBL, "head=nce", "head.num_samples=100"], "", None),  # 4x the paper's noise words
     "lbl-importance_sampling": ([*LBL, "head=importance_sampling"], "", "importance_sampling"),
     "hlbl-random": (HLBL, "151", "hierarchical-random-logistic"),
     "hlbl-balanced": ([*HLBL, *LEARNED, "tree.split=balanced"], SINGLE_CODE,
