@@ -55,7 +55,8 @@ def test_tables_and_targets_come_from_the_result_files(tmp_path):
             "11.8% better (met); under the NPLM (experiments/morin2005) the learned tree gains 3.1%") in text
     assert ("- the best multi-code tree at or below the LBL's softmax: hlbl-adaptive0.4-x4 (4.40 codes per word) "
             "141.4 against 140.0, +1.0% (missed)") in text
-    assert "- NCE within 3% of the softmax's perplexity: 143.0 against 140.0, +2.1% (met)" in text
+    assert "- NCE within 3% of the softmax's perplexity (140.0): nce 143.0, +2.1% (met)" in text
+    assert "the training step alone, `--rows timing`); nce, whole runs: 7.5x" in text  # 300 / 40 us
     assert "6.0x (met" in text
     assert ("| a learned single-code tree (ADAPTIVE) against the random tree | -11.8% (150.0 / 170.0) | "
             "-3.1% (166.1 / 171.4) |") in text
