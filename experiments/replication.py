@@ -160,8 +160,8 @@ def stopped_by(history: list[dict], patience: int) -> str:
     An epoch is whole when it made as many optimizer steps as the longest epoch (the `step` column);
     records without it fall back to its time (a cut epoch is under 0.8x the median), which a shared
     machine's varying speed can fool."""
-    if len(history) > 1 and all("step" in r for r in history):
-        steps = [b["step"] - a["step"] for a, b in zip(history, history[1:])]
+    if len(history) > 1 and all("step" in r for r in history):  # (the step column counts from 0: the first
+        steps = [history[0]["step"]] + [b["step"] - a["step"] for a, b in zip(history, history[1:])]  # epoch's own)
         partial = steps[-1] < max(steps)
     else:
         times = sorted(r["train/epoch_time_s"] for r in history)

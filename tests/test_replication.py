@@ -154,3 +154,15 @@ def test_train_to_convergence_skips_converged_rows_resumes_others_and_respects_t
     monkeypatch.setattr(replication, "train_row", lambda *args, **kwargs: {"status": "finished", "history": []})
     assert replication.train_to_convergence("r", ["a=1"], tmp_path, 1, deadline, 2, 40) is None
     assert "r: stopped before its first epoch ended; no result yet" in capsys.readouterr().out
+
+
+def test_stopped_by_tells_a_cut_second_epoch_from_a_whole_one():
+    from replication import stopped_by
+
+    def history(*steps: int) -> list[dict]:  # the cumulative step at the end of each epoch, val/ppl falling
+        return [{"step": s, "val/ppl": 100 - i, "train/epoch_time_s": 1.0} for i, s in enumerate(steps)]
+
+    assert stopped_by(history(3125, 4900), patience=2) == "time limit (0 epochs after the best)"
+    assert stopped_by(history(3125, 6250), patience=2) == "epoch limit"
+    rising = [{"step": 10 * (i + 1), "val/ppl": v, "train/epoch_time_s": 1.0} for i, v in enumerate((9, 8, 8.5, 8.6))]
+    assert stopped_by(rising, patience=2) == "early stopping"
