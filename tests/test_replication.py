@@ -122,6 +122,33 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
     assert "230.0, 3.3% below (missed by 4.0; not yet at early stopping)." in text
 
 
+def test_a_modern_nplm_row_result_keeps_what_stopped_it_and_its_validation_curve(tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    import nplm.training.checkpoint
+    import replication
+
+    run = bengio_driver()
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    history = [{"epoch": e, "step": 3124 + 3125 * e, "val/ppl": v, "train/epoch_time_s": 400.0}
+               for e, v in enumerate([301.25, 262.5, 250.125, 253.0, 255.0])]
+    record = {"status": "finished", "history": history, "git_commit": "abc1234", "wall_time_s": 2100.4,
+              "machine": {"platform": "Linux", "cpus": 2, "torch_threads": 1}, "best_checkpoint": "best.ckpt",
+              "metrics": {"val/ppl_best": 250.125, "test/ppl": 230.5}}
+    calls = []
+    monkeypatch.setattr(replication, "train_to_convergence", lambda name, overrides, *a: calls.append(overrides) or record)
+    monkeypatch.setattr(nplm.training.checkpoint, "load_model", lambda path: torch.nn.Linear(3, 2))
+    run.train_sun2021("sun2021-depth1", threads=1, deadline=None)
+    assert calls == [["experiment=sun2021/brown", "model.num_layers=1", "logger=none"]]
+    result = json.loads((tmp_path / "sun2021-depth1.json").read_text())
+    assert (result["valid"], result["test"], result["epochs"], result["best_epoch"]) == (250.125, 230.5, 5, 3)
+    assert (result["stopped_by"], result["converged"], result["parameters"]) == ("early stopping", True, 8)
+    assert result["valid_by_epoch"] == [301.25, 262.5, 250.12, 253.0, 255.0]
+    assert result["command"] == "nplm-train experiment=sun2021/brown model.num_layers=1"
+
+
 def test_train_to_convergence_skips_converged_rows_resumes_others_and_respects_the_budget(tmp_path, monkeypatch,
                                                                                           capsys):
     import json

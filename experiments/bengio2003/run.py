@@ -139,7 +139,8 @@ def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[st
     result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
               "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
               "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
-              "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters())}
+              "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
+              "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
     write_result(RESULTS, row, result)
     print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
           f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
