@@ -119,6 +119,13 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
            "5,000,000 | 240.0 / 230.0 | +0.0% | -3.3% | 9* / 7 | time limit (1 epochs after the best) | 800 |" in text
     assert "| sun2021-untied | output vectors apart from the input table | 5,000,000 | 250.0 / 241.5 | +5.0% | +1.5% |" in text
     assert "| sun2021-depth1 | depth: 1 block |  |" in text  # not run: empty
+    (tmp_path / "sun2021-window16.json").write_text(json.dumps({**common, "valid": 230.0, "test": 225.4, "converged": False,
+                                                                "stopped_by": "time limit (0 epochs after the best)"}))
+    text = run.sun2021_table()
+    assert ("test perplexity with the change, against the recipe's 230.0; valid against its 240.0):\n\n"
+            "- output vectors apart from the input table: test 241.5 (+5.0%), valid 250.0 (+4.2%)\n"
+            "- window of 16 (16 averaged): test 225.4 (-2.0%), valid 230.0 (-4.2%); not yet at early stopping, "
+            "so an upper bound\n") in text
     assert "230.0, 3.3% below (missed by 4.0; not yet at early stopping)." in text
 
 

@@ -230,7 +230,7 @@ def sun2021_table() -> str:
         lines.append(f"| {row} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
                      + (f"{100 * (r['test'] / best[1] - 1):+.1f}%" if best else "")
                      + f" | {r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
-    lines.append("")
+    lines += ["", *sun2021_parts(recipe), ""]
     if best is None:
         return "\n".join(lines + ["Target: no network of Table 1 has a result yet."])
     goal = (1 - SUN2021_GAIN) * best[1]
@@ -242,6 +242,20 @@ def sun2021_table() -> str:
                  + f"({'met' if met else 'missed by ' + format(recipe['test'] - goal, '.1f')}"
                  + ("" if recipe["converged"] else "; not yet at early stopping") + ").")
     return "\n".join(lines)
+
+
+def sun2021_parts(recipe: dict | None) -> list[str]:
+    """What each part is worth: the changed rows with results, the costliest change first."""
+    changed = [(row, r) for row in SUN2021 if row != "sun2021" and (r := _load(row))]
+    if not recipe or not changed:
+        return []
+    lines = [f"What each part is worth, the costliest change first (test perplexity with the change, against the "
+             f"recipe's {recipe['test']:.1f}; valid against its {recipe['valid']:.1f}):", ""]
+    for row, r in sorted(changed, key=lambda item: -item[1]["test"]):
+        lines.append(f"- {SUN2021[row][1]}: test {r['test']:.1f} ({100 * (r['test'] / recipe['test'] - 1):+.1f}%), "
+                     f"valid {r['valid']:.1f} ({100 * (r['valid'] / recipe['valid'] - 1):+.1f}%)"
+                     + ("" if r["converged"] else "; not yet at early stopping, so an upper bound"))
+    return lines
 
 
 def conclusions() -> str:
