@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +90,32 @@ def read_record(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)  # what `kill PID` or a closed terminal sends the driver alone
+
+
+def run_child(argv: list[str], log) -> int:
+    """Run `argv` in the repository with its output to `log`, and return its exit code. A SIGTERM or SIGHUP
+    the driver gets is passed on to the child (the training run stops at its checkpoint, as it would have
+    if killed itself), the driver waits for it to end and then stops with the same signal: killing a
+    driver never leaves its training run going on in (and holding) the row's folder."""
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    received = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        code = child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if received:
+        os.kill(os.getpid(), received[0])  # the driver's own default action (or its caller's handler)
+    return code
+
+
 def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, rerun: bool = False) -> dict | None:
     """`nplm-train *overrides` into `run_dir` (resumed from its last checkpoint if a run was killed),
     unless it already finished; returns the finished run record, or None (with a message) if it failed.
@@ -105,8 +132,7 @@ def train_row(name: str, overrides: list[str], run_dir: Path, threads: int, reru
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         log_path = Path(f"{run_dir}.log")
         with open(log_path, "a") as log:
-            code = subprocess.run([sys.executable, "-m", "nplm.cli.train", *command[1:]], cwd=ROOT, stdout=log,
-                                  stderr=subprocess.STDOUT).returncode
+            code = run_child([sys.executable, "-m", "nplm.cli.train", *command[1:]], log)
         record = read_record(run_dir)
         status = record["status"] if record else "missing"
         if code != 0 or status != "finished":

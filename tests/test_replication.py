@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
-from conftest import TOY_FAST, compose_cfg
+from conftest import REPO, TOY_FAST, compose_cfg
 
 from replication import run_summary, train_row, valid_test
 
@@ -72,6 +78,23 @@ def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
     assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None
     assert "bad: exit 2" in capsys.readouterr().out
     assert "model.context_size=0: must be an integer >= 1" in (tmp_path / "bad.log").read_text()
+
+
+def test_killing_a_driver_stops_its_training_child(tmp_path):
+    """`kill DRIVER` passes the SIGTERM on to the child run_child started, waits for it, then stops too."""
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    driver = ("import sys; sys.path.insert(0, 'experiments'); import replication; "
+              f"replication.run_child([sys.executable, '-c', {child!r}], open({str(tmp_path / 'log')!r}, 'w'))")
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO)
+    deadline = time.time() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # the driver stopped by the same signal
+    with pytest.raises(ProcessLookupError):  # and its child is gone (reaped by the driver, not orphaned)
+        os.kill(child_pid, 0)
 
 
 def test_valid_test_cell():
