@@ -221,6 +221,11 @@ def write_result(results: Path, name: str, result: dict) -> None:
     (Path(results) / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
+def pct(value: float, reference: float) -> str:
+    """How far `value` sits from `reference`, as a table cell: "+3.4%"."""
+    return f"{100 * (value / reference - 1):+.1f}%"
+
+
 def valid_test(valid: float | None, test: float | None, digits: int = 0) -> str:
     """A "valid / test" table cell; empty when the row has not been run."""
     return "" if valid is None else f"{valid:.{digits}f} / {test:.{digits}f}"

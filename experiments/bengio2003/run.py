@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, run_summary,
+from replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, pct, run_summary,
                               stopped_by, train_row, valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
@@ -226,9 +226,9 @@ def sun2021_table() -> str:
             lines.append(f"| {row} | {change} |  |  |  |  |  |  |  |")
             continue
         star = "" if r["converged"] else "*"
-        versus = f"{100 * (r['test'] / recipe['test'] - 1):+.1f}%" if recipe else ""
+        versus = pct(r['test'], recipe['test']) if recipe else ""
         lines.append(f"| {row} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
-                     + (f"{100 * (r['test'] / best[1] - 1):+.1f}%" if best else "")
+                     + (pct(r['test'], best[1]) if best else "")
                      + f" | {r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
     lines += ["", *sun2021_parts(recipe), ""]
     if best is None:
@@ -252,8 +252,8 @@ def sun2021_parts(recipe: dict | None) -> list[str]:
     lines = [f"What each part is worth, the costliest change first (test perplexity with the change, against the "
              f"recipe's {recipe['test']:.1f}; valid against its {recipe['valid']:.1f}):", ""]
     for row, r in sorted(changed, key=lambda item: -item[1]["test"]):
-        lines.append(f"- {SUN2021[row][1]}: test {r['test']:.1f} ({100 * (r['test'] / recipe['test'] - 1):+.1f}%), "
-                     f"valid {r['valid']:.1f} ({100 * (r['valid'] / recipe['valid'] - 1):+.1f}%)"
+        lines.append(f"- {SUN2021[row][1]}: test {r['test']:.1f} ({pct(r['test'], recipe['test'])}), "
+                     f"valid {r['valid']:.1f} ({pct(r['valid'], recipe['valid'])})"
                      + ("" if r["converged"] else "; not yet at early stopping, so an upper bound"))
     return lines
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, corpus_datamodule, load_result, machine, read_record, run_summary, stopped_by,
+from replication import (DATA_DIR, corpus_datamodule, load_result, machine, pct, read_record, run_summary, stopped_by,
                          valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
@@ -186,10 +186,6 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
 
 
 # -- the README -----------------------------------------------------------------------------------------------
-def pct(value: float, reference: float) -> str:
-    return f"{100 * (value / reference - 1):+.1f}%"
-
-
 def tables(results: Path | None = None, morin: Path | None = None) -> str:
     results, morin = results or RESULTS, morin or MORIN
     lbl, nplm = load_result(results, "lbl"), load_result(morin, "nplm")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, read_record,
+from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, pct, read_record,
                               run_summary, stopped_by, train_row, valid_test, write_result)
 from nplm.trees.wordnet import wordnet_installed
 
@@ -340,7 +340,7 @@ def tables() -> str:
         got = load_result(RESULTS, key)
         if got is None and key not in NGRAMS and key != "nplm":
             continue
-        vs = f"{100 * (got['test'] / softmax['test'] - 1):+.1f}%" if got and softmax else ""
+        vs = pct(got['test'], softmax['test']) if got and softmax else ""
         epochs = ""
         if got and got.get("epochs"):
             epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if got.get('converged') else '*'}"
@@ -377,7 +377,7 @@ def tables() -> str:
     for key, classes in (("two-level-classes", "frequency bins"), ("two-level-brown", "Brown-tree classes")):
         if softmax and (two := load_result(RESULTS, key)):
             lines += ["", f"Two-level tree (class-based output layer, {classes}): test {two['test']:.1f}, "
-                          f"{100 * (two['test'] / softmax['test'] - 1):+.1f}% vs the full softmax."]
+                          f"{pct(two['test'], softmax['test'])} vs the full softmax."]
     return "\n".join(lines) + "\n"
 
 

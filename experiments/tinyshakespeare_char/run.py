@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import DATA_DIR, best_epoch, load_result, stopped_by, write_result
+from replication import DATA_DIR, best_epoch, load_result, pct, stopped_by, write_result
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -92,10 +92,6 @@ def train(row: str, threads: int, deadline: float | None, extra: list[str]) -> N
 
 
 # -- the README -----------------------------------------------------------------------------------------------
-def pct(value: float, reference: float) -> str:
-    return f"{100 * (value / reference - 1):+.1f}%"
-
-
 def tables(results: Path | None = None) -> str:
     results = results or RESULTS
     rows = {row: load_result(results, row) for row in ROWS}
