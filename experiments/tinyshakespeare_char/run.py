@@ -6,9 +6,11 @@ Transformer as its README gives it (issue 27).
     python experiments/tinyshakespeare_char/run.py --rows modern --threads 1 --budget-s 3600
     python experiments/tinyshakespeare_char/run.py --report-only
 
-Rows: `notebook` (`experiment=tinyshakespeare_char`), `modern` (`experiment=sun2021/tinyshakespeare_char`)
-and `modern-regularised` (the same against its overfitting: more dropout, weight decay, a step halved after
-an epoch with no better validation), each trained to early stopping (patience 2). For each finished row, `nplm.inference.mixture.mix` (what
+Rows: `notebook` (`experiment=tinyshakespeare_char`), `modern` (`experiment=sun2021/tinyshakespeare_char`),
+`modern-regularised` (the same against its overfitting: more dropout, weight decay, a step halved after an
+epoch with no better validation) and `modern-wide` (twice the blocks' hidden width, more dropout, the step
+halved, bf16 autocast: 1.3x faster a step than the fp32 recipe on these CPUs' avx512_bf16), each trained to
+early stopping (patience 2). For each finished row, `nplm.inference.mixture.mix` (what
 `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
@@ -38,6 +40,9 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-regularised": (["experiment=sun2021/tinyshakespeare_char", "model.dropout=0.3", "optimizer=adamw",
                             "optimizer.weight_decay=0.1", "optimizer.plateau_factor=0.5"],
                            "the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step halved on a plateau", 30),
+    "modern-wide": (["experiment=sun2021/tinyshakespeare_char", "model.hidden_dim=1024", "model.dropout=0.3",
+                     "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
+                    "the modern NPLM, hidden 1024, dropout 0.3, step halved on a plateau, bf16", 30),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
