@@ -43,6 +43,11 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-wide": (["experiment=sun2021/tinyshakespeare_char", "model.hidden_dim=1024", "model.dropout=0.3",
                      "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
                     "the modern NPLM, hidden 1024, dropout 0.3, step halved on a plateau, bf16", 30),
+    "modern-wide-regularised": (["experiment=sun2021/tinyshakespeare_char", "model.hidden_dim=1024",
+                                 "model.dropout=0.3", "optimizer=adamw", "optimizer.weight_decay=0.1",
+                                 "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
+                                "the modern NPLM, hidden 1024, dropout 0.3, AdamW (weight decay 0.1), step halved "
+                                "on a plateau, bf16", 30),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
