@@ -44,10 +44,17 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
             "-5.5% | 9 / 7 | early stopping | 400 |") in text
     assert "| nanoGPT's character Transformer (published: its README) | 256 | 10.7M | 4.348 | 1.4697 | -8.7% |" in text
     assert "| the notebook's network (`experiment=tinyshakespeare_char`) |  |" in text  # not run: empty
-    assert "- 4.500 against the KN5's 4.760: -5.5% (met); +0.0344 nats per character from nanoGPT's 1.4697" in text
+    assert ("- The best modern NPLM row, the modern NPLM (`experiment=sun2021/tinyshakespeare_char`): 4.500 against "
+            "the KN5's 4.760: -5.5% (met); +0.0344 nats per character from nanoGPT's 1.4697") in text
     result(tmp_path, "modern", 4.9, 4.76, converged=False)
     text = run.tables(tmp_path)
     assert "+2.9% (missed; the run has not reached early stopping yet)" in text
+    result(tmp_path, "modern-regularised", 4.7, 4.76)  # a variant: the target names the best row
+    text = run.tables(tmp_path)
+    assert "- The best modern NPLM row, the modern NPLM, dropout 0.3, AdamW (weight decay 0.1)" in text
+    assert ": 4.700 against the KN5's 4.760: -1.3% (met)" in text
+    assert ("- the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step halved on a plateau: valid 4.700 (-4.1%), "
+            "training 6.000 at its best epoch, 1,234,567 parameters, 400 s an epoch") in text
     assert "| 9* / 7 |" in text
     assert "not measured" in run.tables(tmp_path / "none")
 
