@@ -8,9 +8,10 @@ Transformer as its README gives it (issue 27).
 
 Rows: `notebook` (`experiment=tinyshakespeare_char`), `modern` (`experiment=sun2021/tinyshakespeare_char`),
 `modern-regularised` (the same against its overfitting: more dropout, weight decay, a step halved after an
-epoch with no better validation) and `modern-wide` (twice the blocks' hidden width, more dropout, the step
-halved, bf16 autocast: 1.3x faster a step than the fp32 recipe on these CPUs' avx512_bf16), each trained to
-early stopping (patience 2). For each finished row, `nplm.inference.mixture.mix` (what
+epoch with no better validation), `modern-wide` (twice the blocks' hidden width, more dropout, the step
+halved, under bf16 autocast, which these CPUs' avx512_bf16 make faster than the fp32 recipe at half the
+width) and `modern-wide-regularised` (the wide row with the weight decay), each trained to early stopping
+(patience 2). For each finished row, `nplm.inference.mixture.mix` (what
 `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
