@@ -30,8 +30,9 @@ def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = T
               "stopped_by": "early stopping" if converged else "time limit (1 epochs after the best)",
               "train_s_per_epoch": 400.0, "wall_time_s": 3600, "valid": valid, "kn5_valid": kn5,
               "mix_valid": valid - 0.2, "mix_weight": 0.8,
-              "history": [{"epoch": 1, "train_ppl": 6.0, "valid_ppl": valid + 1, "tokens_per_s": 2500.0,
-                           "epoch_time_s": 400.0}]}
+              "history": [{"epoch": epoch, "train_ppl": 6.0 if epoch == 7 else 7.0,
+                           "valid_ppl": valid if epoch == 7 else valid + 1, "tokens_per_s": 2500.0,
+                           "epoch_time_s": 400.0} for epoch in range(1, 10)]}  # 9 epochs, the best the 7th
     (folder / f"{row}.json").write_text(json.dumps(record))
 
 

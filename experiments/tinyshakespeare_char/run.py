@@ -155,9 +155,8 @@ def modern_rows(rows: dict[str, dict | None]) -> dict[str, dict]:
 
 
 def train_ppl_at_best(r: dict) -> float | None:
-    """The training perplexity (dropout on) of the epoch with the best validation perplexity."""
-    best = min(r["history"], key=lambda h: h["valid_ppl"])
-    return best["train_ppl"]
+    """The training perplexity (dropout on) of the result's best epoch (its `best_epoch`, counted from 1)."""
+    return next(h["train_ppl"] for h in r["history"] if h["epoch"] == r["best_epoch"])
 
 
 def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
