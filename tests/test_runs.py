@@ -31,10 +31,17 @@ def history(run: Path) -> list[str]:
     return (run / "metrics.csv").read_text().splitlines() if (run / "metrics.csv").exists() else []
 
 
+def shakespeare_text(folder: Path) -> Path:
+    """The shipped Tiny Shakespeare's first 48,000 characters as a text file: epochs of about 1 s with SMALL,
+    so that a kill lands inside one even on an idle machine."""
+    text = folder / "text.txt"
+    text.write_text((Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read_text()[:48_000])
+    return text
+
+
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
-    text = tmp_path / "text.txt"
-    text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:48_000])  # epochs of about 1 s, so a kill lands inside one
+    text = shakespeare_text(tmp_path)
     args = [*SMALL, f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
     whole = nplm_train(tmp_path, *args, f"hydra.run.dir={tmp_path / 'runs' / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-2000:]
@@ -154,8 +161,7 @@ def kill_after_epochs(proc, run: Path, n: int) -> None:
 
 @pytest.mark.slow
 def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_path):
-    text = tmp_path / "text.txt"
-    text.write_text(open(Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read()[:48_000])  # epochs of about 1 s, so a kill lands inside one
+    text = shakespeare_text(tmp_path)
     args = [*(a for a in SMALL if not a.startswith(("logger=", "trainer.max_epochs="))), "logger=wandb",
             "trainer.max_epochs=6", f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
     run, runs = tmp_path / "runs" / "r", tmp_path / "runs"
