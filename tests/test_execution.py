@@ -45,6 +45,17 @@ def test_plan_hands_clipping_accumulation_and_logging_to_the_module():
     assert plan.trainer_options == {"log_every_n_steps": 7}
 
 
+@pytest.mark.parametrize("trainer, steps", [
+    ({"max_epochs": 3}, 300),
+    ({"max_epochs": 3, "accumulate_grad_batches": 8}, 39),  # 13 per epoch: 12 full groups and the last 4 batches
+    ({"max_epochs": 3, "limit_train_batches": 0.5}, 150),
+    ({"max_epochs": 3, "max_steps": 120}, 120),
+])
+def test_plan_counts_the_runs_optimizer_steps(trainer, steps):
+    """T of optimizer.cosine: optimizer steps, not Lightning's groups of S = 16 batches."""
+    assert ExecutionPlan.build(trainer, 100, 16).step_options.total_steps == steps
+
+
 def test_grouped_batches_are_the_single_batches_in_order():
     windows = Windows(torch.arange(103), 3)  # 100 windows
     single = list(BatchIndices(len(windows), 8, shuffle=True, seed=5))
@@ -118,6 +129,15 @@ def test_plateau_schedule_halves_the_step_after_an_epoch_without_a_better_val_pp
     lrs = [float(r["train/lr"]) for r in rows]
     assert lrs == pytest.approx([1e-6, 1e-6, 5e-7])
     assert math.isclose(float(rows[0]["epoch"]), 0)
+
+
+def test_cosine_schedule_anneals_the_step_over_the_runs_updates(tmp_path):
+    """optimizer.cosine=true: T is the run's updates (3 epochs of 15 batches); the step logged at the end
+    of epoch e is lr (1 + cos(pi 15 e / 45)) / 2."""
+    _train(tmp_path, "optimizer.lr=0.01", "optimizer.cosine=true", "trainer.max_epochs=3")
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    lrs = [float(r["train/lr"]) for r in rows]
+    assert lrs == pytest.approx([0.01 * (1 + math.cos(math.pi * e / 3)) / 2 for e in (1, 2, 3)], rel=1e-6, abs=1e-9)
 
 
 def test_a_loader_of_single_batches_trains_too(tmp_path):

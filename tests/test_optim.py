@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -146,13 +148,32 @@ def test_plateau_factor_shrinks_the_step_after_an_epoch_without_a_better_val_ppl
         assert opt.param_groups[0]["lr"] == pytest.approx(lr)
 
 
+def test_cosine_anneals_the_step_to_zero_over_the_run():
+    module = nn.Linear(3, 2)
+    got = build_optimizer(module, {"name": "adam", "lr": 0.01, "cosine": True}, total_steps=4)
+    assert got["lr_scheduler"]["interval"] == "step"
+    schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
+    seen = [opt.param_groups[0]["lr"]]
+    for _ in range(5):  # what _optimizer_step does after each update; past T the step stays 0
+        opt.step()
+        schedule.step()
+        seen.append(opt.param_groups[0]["lr"])
+    half = 0.01 * (1 + math.cos(math.pi / 4)) / 2
+    assert seen == pytest.approx([0.01, half, 0.005, 0.01 - half, 0.0, 0.0])
+
+
 @pytest.mark.parametrize("options, message", [
     ({"plateau_factor": 0.0}, "optimizer.plateau_factor=0.0: must be a number in (0, 1]"),
     ({"plateau_factor": 1.5}, "optimizer.plateau_factor=1.5: must be a number in (0, 1]"),
     ({"plateau_factor": 0.5, "lr_decay": 1e-8},
      "optimizer.plateau_factor=0.5: must be 1 when optimizer.lr_decay > 0 (two schedules; set one of them)"),
+    ({"cosine": True, "plateau_factor": 0.5}, "optimizer.cosine=true: must be false when optimizer.lr_decay > 0 or "
+     "optimizer.plateau_factor < 1 (two schedules; set one of them)"),
+    ({"cosine": True, "lr_decay": 1e-8}, "optimizer.cosine=true: must be false when optimizer.lr_decay > 0 or "
+     "optimizer.plateau_factor < 1 (two schedules; set one of them)"),
+    ({"cosine": "yes"}, "optimizer.cosine=yes: must be true or false"),
 ])
-def test_bad_plateau_settings_are_refused_in_one_line(options, message):
+def test_bad_schedule_settings_are_refused_in_one_line(options, message):
     with pytest.raises(UserError) as err:
         check_group("optimizer", groups()["optimizer"], {"name": "sgd", "lr": 0.1, **options})
     assert str(err.value) == message

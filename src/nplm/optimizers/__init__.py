@@ -2,7 +2,10 @@
 
 Bengio et al. (2003), section 4: stochastic gradient ascent with learning rate
 eps_t = eps_0 / (1 + r t), t the number of parameter updates, and weight decay on the weights and the
-word features C but not on the biases. `weight_decay` here is torch's: a gradient term wd * theta,
+word features C but not on the biases. The other schedules: the step multiplied by `plateau_factor`
+after an epoch with no better val/ppl, or (`cosine=true`) annealed along a half cosine,
+eps_t = eps_0 (1 + cos(pi t / T)) / 2 with T the run's updates (Loshchilov & Hutter 2017, SGDR,
+without restarts). `weight_decay` here is torch's: a gradient term wd * theta,
 i.e. the penalty (wd / 2) ||theta||^2.
 
 Each optimizer is a function `make(param_groups, lr=..., fused=..., **its keys) -> torch.optim.Optimizer`
@@ -11,6 +14,8 @@ every optimizer has (the step size and its schedule) are the registry's common k
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -25,15 +30,22 @@ def _one_schedule(o: dict) -> str | None:
     return None
 
 
+def _cosine_alone(o: dict) -> str | None:
+    if o.get("cosine") and ((o.get("lr_decay") or 0) > 0 or (o.get("plateau_factor") or 1) < 1):
+        return "false when optimizer.lr_decay > 0 or optimizer.plateau_factor < 1 (two schedules; set one of them)"
+    return None
+
+
 OPTIMIZERS = Registry("optimizer", __name__, common={
     "lr": Float(gt=0, required=True, doc="eps_0, the step size"),
     "weight_decay": Float(ge=0, doc="on weights and C, never on biases"),
     "lr_decay": Float(ge=0, doc="r in eps_t = eps_0 / (1 + r t), t counted in updates"),
     "plateau_factor": Float(gt=0, le=1, doc="< 1: multiply the step by this after an epoch with no better val/ppl"),
+    "cosine": Bool(doc="anneal the step from lr to 0 along a half cosine over the run's updates"),
     "fused": Bool(doc="one fused update kernel (CPU and CUDA)"),
-}, checks=(Check("plateau_factor", _one_schedule),))
+}, checks=(Check("plateau_factor", _one_schedule), Check("cosine", _cosine_alone)))
 register_optimizer = OPTIMIZERS.register
-SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "weight_decay")  # applied here, not by the optimizer's function
+SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "cosine", "weight_decay")  # applied here, not by the optimizer's function
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -53,13 +65,28 @@ class InverseTimeDecay:
         return 1.0 / (1.0 + self.rate * step)
 
 
-def build_optimizer(module: nn.Module, cfg: dict):
+class CosineDecay:
+    """eps_t / eps_0 = (1 + cos(pi min(t, T) / T)) / 2 over T updates; plain data like InverseTimeDecay."""
+
+    def __init__(self, total_steps: int):
+        self.total_steps = max(int(total_steps), 1)
+
+    def __call__(self, step: int) -> float:
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total_steps) / self.total_steps))
+
+
+def build_optimizer(module: nn.Module, cfg: dict, total_steps: int = 1):
     """Lightning's `configure_optimizers` return value for the `optimizer` config group `cfg` (checked
-    against the schema; keys left out take the optimizer function's defaults)."""
+    against the schema; keys left out take the optimizer function's defaults). `total_steps`: the
+    run's updates, T of the cosine schedule (`trainer.estimated_stepping_batches`)."""
     options = dict(cfg)
     make = OPTIMIZERS.get(options.pop("name"))
     lr_decay, plateau = options.pop("lr_decay", 0.0), options.pop("plateau_factor", 1.0)
+    cosine = options.pop("cosine", False)
     opt = make(param_groups(module, options.pop("weight_decay", 0.0)), **options)
+    if cosine:
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, CosineDecay(total_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
     if plateau < 1:
         # patience 0: the step shrinks after the first epoch that does not improve on the best
         schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=plateau, patience=0)

@@ -30,6 +30,7 @@ class StepOptions:
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
     accumulate_grad_batches: int = 1
+    total_steps: int | None = None  # the run's optimizer steps (T of optimizer.cosine); None: Lightning's estimate
 
 
 @dataclass
@@ -64,4 +65,8 @@ class ExecutionPlan:
                            gradient_clip_val=options.pop("gradient_clip_val", None),
                            gradient_clip_algorithm=options.pop("gradient_clip_algorithm", None) or "norm",
                            accumulate_grad_batches=int(options.pop("accumulate_grad_batches", 1) or 1))
+        # an optimizer step per accumulate_grad_batches batches, and one for a partial last group
+        step.total_steps = int(options.get("max_epochs", 1)) * math.ceil(batches / step.accumulate_grad_batches)
+        if (options.get("max_steps") or -1) > 0:
+            step.total_steps = min(step.total_steps, int(options["max_steps"]))
         return cls(size, batches, step, options)

@@ -313,7 +313,9 @@ class LanguageModel(pl.LightningModule):
         self.test_ppl.reset()
 
     def configure_optimizers(self):
-        config = build_optimizer(self, self.hparams.optimizer)
+        # T of optimizer.cosine: nplm-train's plan counts optimizer steps (Lightning's estimate counts groups)
+        total_steps = self.step_options.total_steps or self.trainer.estimated_stepping_batches
+        config = build_optimizer(self, self.hparams.optimizer, total_steps)
         if isinstance(config, dict):  # manual optimization: training_step and _step_epoch_schedulers step them
             # (Lightning ignores, with a warning, a monitor under manual optimization: kept here instead)
             self._plateau_monitor = config["lr_scheduler"].pop("monitor", None)
