@@ -49,6 +49,15 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                  "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
                                 "the modern NPLM, hidden 1024, dropout 0.3, AdamW (weight decay 0.1), step halved "
                                 "on a plateau, bf16", 30),
+    "modern-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.dropout=0.3", "optimizer=adamw",
+                       "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12"],
+                      "the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over "
+                      "12 epochs", 12),
+    "modern-d256-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256", "model.dropout=0.3",
+                            "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
+                            "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
+                           "the modern NPLM, width 256, dropout 0.3, AdamW (weight decay 0.1), step annealed along "
+                           "a cosine over 12 epochs, bf16", 12),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
