@@ -9,6 +9,8 @@ those files only.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import os
 import platform
@@ -93,12 +95,26 @@ def read_record(run_dir: Path) -> dict | None:
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)  # what `kill PID` or a closed terminal sends the driver alone
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _stop_with(driver: int) -> None:
+    """In the child, before it runs its program (Linux): a SIGTERM when the driver dies, even by a SIGKILL,
+    which no handler of the driver's sees (prctl PR_SET_PDEATHSIG); a child whose driver is already gone
+    stops at once."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != driver:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_child(argv: list[str], log) -> int:
     """Run `argv` in the repository with its output to `log`, and return its exit code. A SIGTERM or SIGHUP
     the driver gets is passed on to the child (the training run stops at its checkpoint, as it would have
     if killed itself), the driver waits for it to end and then stops with the same signal: killing a
-    driver never leaves its training run going on in (and holding) the row's folder."""
-    child = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    driver never leaves its training run going on in (and holding) the row's folder. On Linux a driver killed
+    by SIGKILL takes its child with it too (`_stop_with`)."""
+    die_with_driver = functools.partial(_stop_with, os.getpid()) if sys.platform == "linux" else None
+    child = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_driver)
     received = []
 
     def forward(signum, frame):

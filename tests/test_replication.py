@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, TOY_FAST, compose_cfg
@@ -97,6 +98,34 @@ def test_killing_a_driver_stops_its_training_child(tmp_path):
         os.kill(child_pid, 0)
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie waits for whatever adopts it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_driver_killed_by_sigkill_takes_its_training_child_with_it(tmp_path):
+    """No handler sees a SIGKILL: the child asked the kernel for a SIGTERM when its driver dies."""
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    driver = ("import sys; sys.path.insert(0, 'experiments'); import replication; "
+              f"replication.run_child([sys.executable, '-c', {child!r}], open({str(tmp_path / 'log')!r}, 'w'))")
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO)
+    deadline = time.time() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    deadline = time.time() + 10
+    while _running(child_pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _running(child_pid)
+
+
 def test_valid_test_cell():
     assert valid_test(284.44, 268.0) == "284 / 268"
     assert valid_test(None, None) == ""
@@ -105,7 +134,6 @@ def test_valid_test_cell():
 
 def bengio_driver():
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "experiments" / "bengio2003" / "run.py"
     spec = importlib.util.spec_from_file_location("bengio_run", path)
