@@ -81,8 +81,8 @@ def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
     assert "model.context_size=0: must be an integer >= 1" in (tmp_path / "bad.log").read_text()
 
 
-def test_killing_a_driver_stops_its_training_child(tmp_path):
-    """`kill DRIVER` passes the SIGTERM on to the child run_child started, waits for it, then stops too."""
+def _driver_with_a_sleeping_child(tmp_path) -> tuple[subprocess.Popen, int]:
+    """A driver process whose run_child runs a child that sleeps a minute; the driver and the child's pid."""
     pid_file = tmp_path / "child.pid"
     child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     driver = ("import sys; sys.path.insert(0, 'experiments'); import replication; "
@@ -92,6 +92,12 @@ def test_killing_a_driver_stops_its_training_child(tmp_path):
     while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
         time.sleep(0.05)
     child_pid = int(pid_file.read_text())
+    return proc, child_pid
+
+
+def test_killing_a_driver_stops_its_training_child(tmp_path):
+    """`kill DRIVER` passes the SIGTERM on to the child run_child started, waits for it, then stops too."""
+    proc, child_pid = _driver_with_a_sleeping_child(tmp_path)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM  # the driver stopped by the same signal
     with pytest.raises(ProcessLookupError):  # and its child is gone (reaped by the driver, not orphaned)
@@ -109,15 +115,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_driver_killed_by_sigkill_takes_its_training_child_with_it(tmp_path):
     """No handler sees a SIGKILL: the child asked the kernel for a SIGTERM when its driver dies."""
-    pid_file = tmp_path / "child.pid"
-    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    driver = ("import sys; sys.path.insert(0, 'experiments'); import replication; "
-              f"replication.run_child([sys.executable, '-c', {child!r}], open({str(tmp_path / 'log')!r}, 'w'))")
-    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO)
-    deadline = time.time() + 30
-    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
-        time.sleep(0.05)
-    child_pid = int(pid_file.read_text())
+    proc, child_pid = _driver_with_a_sleeping_child(tmp_path)
     proc.kill()
     assert proc.wait(timeout=30) == -signal.SIGKILL
     deadline = time.time() + 10
