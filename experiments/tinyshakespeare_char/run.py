@@ -11,11 +11,11 @@ Rows: `notebook` (`experiment=tinyshakespeare_char`), `modern` (`experiment=sun2
 epoch with no better validation), `modern-wide` (twice the blocks' hidden width, more dropout, the step
 halved, under bf16 autocast, which these CPUs' avx512_bf16 make faster than the fp32 recipe at half the
 width), `modern-wide-regularised` (the wide row with the weight decay), each trained to early stopping
-(patience 2), and `modern-cosine`, `modern-d256-cosine` and `modern-d256-w8-cosine` (the regularised row;
-the same with width d = 256 under bf16; and that with a window of 8 characters and 8 averages of the 56
-before it: each with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for
-those 12). For each finished row, `nplm.inference.mixture.mix` (what
-`nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
+(patience 2), and `modern-cosine`, `modern-d256-cosine`, `modern-d256-w8-cosine` and
+`modern-d256-w8-dropout5-cosine` (the regularised row; the same with width d = 256 under bf16; that with
+a window of 8 characters and 8 averages of the 56 before it; and that with dropout 0.5: each with the
+step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12). For each
+finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
 checkpoint on the next call. Runs live in outputs/tinyshakespeare_char/<row>; each result is
@@ -68,6 +68,13 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                               "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
                               "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
                               "bf16", 12),
+    "modern-d256-w8-dropout5-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256",
+                                        "model.window=8", "model.summaries=8", "model.dropout=0.5", "optimizer=adamw",
+                                        "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
+                                        "trainer.precision=bf16-mixed"],
+                                       "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
+                                       "dropout 0.5, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
+                                       "epochs, bf16", 12),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
