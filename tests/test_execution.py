@@ -50,6 +50,9 @@ def test_plan_hands_clipping_accumulation_and_logging_to_the_module():
     ({"max_epochs": 3, "accumulate_grad_batches": 8}, 39),  # 13 per epoch: 12 full groups and the last 4 batches
     ({"max_epochs": 3, "limit_train_batches": 0.5}, 150),
     ({"max_epochs": 3, "max_steps": 120}, 120),
+    ({"max_epochs": 1, "max_steps": 120}, 100),
+    ({"max_steps": 120}, 120),
+    ({}, None),  # no bound known: Lightning's own estimate
 ])
 def test_plan_counts_the_runs_optimizer_steps(trainer, steps):
     """T of optimizer.cosine: optimizer steps, not Lightning's groups of S = 16 batches."""

@@ -66,7 +66,7 @@ class ExecutionPlan:
                            gradient_clip_algorithm=options.pop("gradient_clip_algorithm", None) or "norm",
                            accumulate_grad_batches=int(options.pop("accumulate_grad_batches", 1) or 1))
         # an optimizer step per accumulate_grad_batches batches, and one for a partial last group
-        step.total_steps = int(options.get("max_epochs", 1)) * math.ceil(batches / step.accumulate_grad_batches)
-        if (options.get("max_steps") or -1) > 0:
-            step.total_steps = min(step.total_steps, int(options["max_steps"]))
+        epochs, max_steps = options.get("max_epochs") or -1, options.get("max_steps") or -1
+        by_epochs = int(epochs) * math.ceil(batches / step.accumulate_grad_batches) if epochs > 0 else None
+        step.total_steps = min(by_epochs or int(max_steps), int(max_steps)) if max_steps > 0 else by_epochs
         return cls(size, batches, step, options)
