@@ -214,12 +214,18 @@ def stopped_by(history: list[dict], patience: int) -> str:
     return "early stopping" if len(history) - best >= patience else "epoch limit"
 
 
+def machine_line(machine: dict) -> str:
+    """A run record's machine in words: platform, CPUs, torch threads, and its GPU where it had one."""
+    gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
+    return f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads{gpu}"
+
+
 def run_summary(record: dict, command: str) -> dict:
     """The figures a replication table reports about one finished run."""
     history = record["history"]
     machine = record["machine"]
     return {"command": command, "git_commit": record["git_commit"],
-            "machine": f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads",
+            "machine": machine_line(machine),
             "epochs": len(history),
             "best_epoch": best_epoch(history),
             "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),

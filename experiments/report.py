@@ -10,11 +10,19 @@ import csv
 import json
 from pathlib import Path
 
+from replication import machine_line  # experiments/ is on sys.path when this file runs as a script
+
 
 def _csv_history(run_dir: Path) -> list[dict]:
     with open(run_dir / "metrics.csv") as f:
         return [{k: (float(v) if v not in ("", None) else None) for k, v in row.items()} | {"epoch": int(row["epoch"])}
                 for row in csv.DictReader(f)]
+
+
+def command_line(command: str) -> str:
+    """The recorded command with its program's folder left out (`/venv/bin/nplm-train a=b` -> `nplm-train a=b`)."""
+    program, _, rest = command.partition(" ")
+    return " ".join(filter(None, [Path(program).name, rest]))
 
 
 def report(run_dir: Path, target: float | None, unfinished: bool = False) -> str:
@@ -27,9 +35,8 @@ def report(run_dir: Path, target: float | None, unfinished: bool = False) -> str
     lines = [
         f"# `experiment={record['experiment']}`" + ("" if record["status"] == "finished"
                                                      else f" (status: {record['status']}, stopped early)"), "",
-        f"Command: `{record['command'].split('/')[-1]}`  ",
-        f"Machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs, "
-        f"{record['machine']['torch_threads']} torch threads; torch {record['versions']['torch']}, "
+        f"Command: `{command_line(record['command'])}`  ",
+        f"Machine: {machine_line(record['machine'])}; torch {record['versions']['torch']}, "
         f"Lightning {record['versions']['pytorch_lightning']}; commit `{record['git_commit']}`  ",
         f"Corpus: {corpus['name']}, |V| = {corpus['vocab_size']:,}, train {corpus['train_tokens']:,} / "
         f"valid {corpus['valid_tokens']:,} / test {corpus.get('test_tokens', 0):,} tokens", "",

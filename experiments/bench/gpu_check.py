@@ -1,10 +1,11 @@
-"""GPU readiness check of every head: the tests with CUDA, then short `nplm-train` runs with
+"""GPU readiness check of every model x head: the tests with CUDA, then short `nplm-train` runs with
 `torch.cuda.set_sync_debug_mode("error")` active in every training step (NPLM_SYNC_DEBUG=1).
 
 Run on a CUDA machine from the repository root (needs hydra-core, omegaconf and wandb besides torch,
 Lightning and pytest):
 
     python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
+                                           [--models nplm,lbl,modern]
 
 (All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
 `--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
@@ -12,11 +13,14 @@ Lightning and pytest):
 1. pytest tests/test_fast_paths.py (its CUDA tests: every head's NLL and gradient on the GPU equal the
    CPU's; a training step of every head, fp32 and bf16 autocast, with sync debug mode "error"), with
    NPLM_TEST_INDUCTOR=1 so compile=true is checked against eager with inductor's code, not only the
-   graph capture; and the head tests (test_heads_more, test_hierarchical, test_model);
-2. for every head x precision (32-true, bf16-mixed) x compile (false, true): `train(cfg)` of
-   experiment=tinyshakespeare_char with trainer=gpu, `--steps` training batches and 20 validation
-   batches, NPLM_SYNC_DEBUG=1 (a host-device sync in forward, backward or the optimizer update
-   raises; validation and the every-50-steps log are outside the checked region).
+   graph capture (not with --no-compile); and the head tests (test_heads_more, test_hierarchical,
+   test_model);
+2. for every model x head x precision (32-true, bf16-mixed) x compile (false, true): `train(cfg)` on
+   Tiny Shakespeare characters with trainer=gpu (the NPLM as experiment=tinyshakespeare_char, the LBL
+   with a context of 10 and width 64, the modern NPLM as experiment=sun2021/tinyshakespeare_char; its
+   output vectors tied to the input table where the head has one per word), `--steps` training batches
+   and 20 validation batches, NPLM_SYNC_DEBUG=1 (a host-device sync in forward, backward or the
+   optimizer update raises; validation and the every-50-steps log are outside the checked region).
 
 Prints one summary table (status, train/val perplexity, training tokens/s) and exits 1 if any failed.
 """
@@ -24,6 +28,7 @@ Prints one summary table (status, train/val perplexity, training tokens/s) and e
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import subprocess
@@ -42,18 +47,39 @@ HEADS = {
     "class_based (tree)": ["head=class_based", "head.classes=tree", "tree=balanced"],
     "adaptive": ["head=adaptive"],
     "importance_sampling": ["head=importance_sampling", "head.num_samples=20"],
+    "nce": ["head=nce", "head.num_samples=20"],
 }
+MODELS = {
+    "nplm": ["experiment=tinyshakespeare_char"],
+    "lbl": ["corpus=tiny_shakespeare", "model=lbl", "model.context_size=10", "model.embed_dim=64", "optimizer=adam",
+            "optimizer.lr=0.001", "data.batch_size=128"],
+    "modern": ["experiment=sun2021/tinyshakespeare_char"],
+}
+ONE_VECTOR_PER_WORD = ("softmax", "adaptive", "importance_sampling", "nce")  # heads whose output vectors can be tied
 
 
-def run_tests() -> int:
-    env = {**os.environ, "NPLM_TEST_INDUCTOR": "1", "PYTHONPATH": f"{REPO / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
+def model_head(model: str, head: str) -> list[str]:
+    """The overrides of a model x head run: the modern NPLM ties its output vectors (its experiment's
+    default) only where the head has one per word; the LBL ties them there too, to check that path."""
+    tie = []
+    if model == "modern" and head not in ONE_VECTOR_PER_WORD:
+        tie = ["model.tie_embeddings=false"]
+    elif model == "lbl" and head in ONE_VECTOR_PER_WORD:
+        tie = ["model.tie_embeddings=true"]
+    return [*MODELS[model], *HEADS[head], *tie]
+
+
+def run_tests(inductor: bool) -> int:
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
+    if inductor:
+        env["NPLM_TEST_INDUCTOR"] = "1"
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_fast_paths.py", "tests/test_heads_more.py",
            "tests/test_hierarchical.py", "tests/test_model.py"]
     print("$", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
-def train_run(head: list[str], precision: str, compile_: bool, steps: int) -> dict:
+def train_run(overrides: list[str], precision: str, compile_: bool, steps: int) -> dict:
     import torch
     from hydra import compose, initialize_config_dir
 
@@ -62,10 +88,10 @@ def train_run(head: list[str], precision: str, compile_: bool, steps: int) -> di
 
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = ["experiment=tinyshakespeare_char", "trainer=gpu", f"trainer.precision={precision}",
+        overrides = [*overrides, "trainer=gpu", f"trainer.precision={precision}",
                      f"compile={str(compile_).lower()}", "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
                      "trainer.limit_val_batches=20", "trainer.enable_progress_bar=false", "logger=none",
-                     f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data", *head]
+                     f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data"]
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
         start = time.perf_counter()
@@ -80,7 +106,11 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the compile=true runs")
     parser.add_argument("--compile-only", action="store_true", help="only the compile=true runs")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
     args = parser.parse_args()
+    models = args.models.split(",")
+    if unknown := sorted(set(models) - set(MODELS)):
+        sys.exit(f"gpu_check: --models {','.join(unknown)}: unknown; models are {', '.join(MODELS)}")
     sys.path.insert(0, str(REPO / "src"))
     os.environ["NPLM_SYNC_DEBUG"] = "1"
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -89,27 +119,29 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}", flush=True)
-    tests_rc = 0 if args.skip_tests else run_tests()
+    tests_rc = 0 if args.skip_tests else run_tests(inductor=not args.no_compile)
     logging.disable(logging.WARNING)
     rows, failed = [], 0
-    for name, head in HEADS.items():
-        for precision in ("32-true", "bf16-mixed"):
-            for compile_ in (False,) if args.no_compile else (True,) if args.compile_only else (False, True):
-                try:
-                    m = train_run(head, precision, compile_, args.steps)
-                    ppl = m.get("train/ppl", m.get("train/ppl_sampled"))
-                    row = (f"| {name} | {precision} | {compile_} | ok | {ppl:.3f} | {m['val/ppl']:.3f} | "
-                           f"{m['train/tokens_per_s']:,.0f} | {m['wall_s']:.1f} |")
-                except Exception as err:  # noqa: BLE001 - the summary names every failure
-                    failed += 1
-                    trace = traceback.format_exc().strip().splitlines()
-                    print(f"## {name} {precision} compile={compile_} FAILED\n" + "\n".join(trace[-25:]), flush=True)
-                    row = f"| {name} | {precision} | {compile_} | FAILED: {type(err).__name__}: {str(err)[:120]} | | | | |"
-                print(row, flush=True)
-                rows.append(row)
+    for model, name, precision, compile_ in itertools.product(
+            models, HEADS, ("32-true", "bf16-mixed"),
+            (False,) if args.no_compile else (True,) if args.compile_only else (False, True)):
+        try:
+            m = train_run(model_head(model, name), precision, compile_, args.steps)
+            ppl = m.get("train/ppl", m.get("train/ppl_sampled"))
+            row = (f"| {model} | {name} | {precision} | {compile_} | ok | {ppl:.3f} | {m['val/ppl']:.3f} | "
+                   f"{m['train/tokens_per_s']:,.0f} | {m['wall_s']:.1f} |")
+        except Exception as err:  # noqa: BLE001 - the summary names every failure
+            failed += 1
+            trace = traceback.format_exc().strip().splitlines()
+            print(f"## {model} {name} {precision} compile={compile_} FAILED\n" + "\n".join(trace[-25:]),
+                  flush=True)
+            row = (f"| {model} | {name} | {precision} | {compile_} | FAILED: {type(err).__name__}: "
+                   f"{str(err)[:120]} | | | | |")
+        print(row, flush=True)
+        rows.append(row)
     print(f"\n## nplm-train, {args.steps} steps, NPLM_SYNC_DEBUG=1 (sync debug mode 'error' in every step after the first)")
-    print("| head | precision | compile | status | train ppl | val ppl | train tokens/s | wall s |")
-    print("|---|---|---|---|---:|---:|---:|---:|")
+    print("| model | head | precision | compile | status | train ppl | val ppl | train tokens/s | wall s |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|")
     print("\n".join(rows))
     print(f"\npytest: {'passed' if tests_rc == 0 else f'FAILED (exit {tests_rc})'}; runs failed: {failed}")
     sys.exit(1 if failed or tests_rc else 0)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import DATA_DIR, best_epoch, load_result, pct, stopped_by, write_result
+from replication import DATA_DIR, best_epoch, load_result, machine_line, pct, stopped_by, write_result
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -75,6 +75,29 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                        "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
                                        "dropout 0.5, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
                                        "epochs, bf16", 12),
+    # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
+    "modern-gpu-c128-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu", "model.context_size=128",
+                                "model.embed_dim=256", "model.window=8", "model.summaries=16", "model.dropout=0.3",
+                                "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
+                                "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
+                               "the modern NPLM, width 256, a window of 8 and 16 averages of the 120 before it, "
+                               "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
+                               "bf16, on a GPU", 12),
+    "modern-gpu-c256-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu", "model.context_size=256",
+                                "model.embed_dim=256", "model.window=8", "model.summaries=32", "model.dropout=0.3",
+                                "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
+                                "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
+                               "the modern NPLM, width 256, a window of 8 and 32 averages of the 248 before it, "
+                               "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
+                               "bf16, on a GPU", 12),
+    "modern-gpu-d384-c128-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu",
+                                     "model.context_size=128", "model.embed_dim=384", "model.hidden_dim=1024",
+                                     "model.window=8", "model.summaries=16", "model.dropout=0.35", "optimizer=adamw",
+                                     "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
+                                     "trainer.precision=bf16-mixed"],
+                                    "the modern NPLM, width 384, hidden 1024, a window of 8 and 16 averages of the "
+                                    "120 before it, dropout 0.35, AdamW (weight decay 0.1), step annealed along a "
+                                    "cosine over 12 epochs, bf16, on a GPU", 12),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
@@ -89,12 +112,12 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
     from nplm.inference.mixture import mix
     from nplm.training.checkpoint import load_model
 
-    history, machine = record["history"], record["machine"]
+    history = record["history"]
     module = load_model(record["best_checkpoint"])
     scored = mix(record["best_checkpoint"], "kn5", None, DATA_DIR)
     return {
         "row": row, "command": "nplm-train " + " ".join(overrides), "git_commit": record["git_commit"],
-        "machine": f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads",
+        "machine": machine_line(record["machine"]),
         "parameters": sum(p.numel() for p in module.parameters()),
         "context": module.model.context_size,
         "epochs": len(history), "best_epoch": best_epoch(history),
@@ -112,10 +135,10 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
     }
 
 
-def train(row: str, threads: int, deadline: float | None, extra: list[str]) -> None:
+def train(row: str, threads: int, deadline: float | None, extra: list[str], margin_s: float) -> None:
     overrides, _, max_epochs = ROWS[row]
     record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads,
-                                              deadline, PATIENCE, max_epochs, TEST_MARGIN_S)
+                                              deadline, PATIENCE, max_epochs, margin_s)
     if record is None:
         return
     old = load_result(RESULTS, row)
@@ -212,13 +235,17 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
 
 def main() -> None:
     global RESULTS, OUT
-    args = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT).parse_args()
+    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT)
+    parser.add_argument("--margin-s", type=float, default=TEST_MARGIN_S,
+                        help=f"with --budget-s: stop training this long before its end, for the scoring beside the "
+                             f"KN5 (default {TEST_MARGIN_S:.0f}; 60 is enough on a GPU machine)")
+    args = parser.parse_args()
     chosen = replication.chosen_rows(args, ROWS)
     RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
     deadline = time.time() + args.budget_s if args.budget_s else None
     if not args.report_only:
         for row in chosen:
-            train(row, args.threads, deadline, args.extra.split())
+            train(row, args.threads, deadline, args.extra.split(), args.margin_s)
     if RESULTS == HERE / "results":  # not from a smoke test's own results folder
         (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
     print(tables())

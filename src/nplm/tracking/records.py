@@ -44,7 +44,8 @@ TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "t
 
 
 def git_commit() -> str | None:
-    """HEAD of the repository nplm is installed from, with "-dirty" for uncommitted changes."""
+    """HEAD of the repository nplm is installed from, with "-dirty" for uncommitted changes; where that is
+    no git checkout (a copy sent to another machine), the environment's NPLM_GIT_COMMIT, if set."""
     here = Path(__file__).resolve().parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -52,7 +53,7 @@ def git_commit() -> str | None:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("NPLM_GIT_COMMIT")
     return head + ("-dirty" if dirty else "")
 
 
@@ -130,7 +131,8 @@ class RunRecord:
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "pytorch_lightning": pl.__version__},
             "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+                        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
             "metrics": {},
         }
         self.enabled = rank_zero_only.rank == 0
