@@ -24,6 +24,7 @@ import argparse
 import datetime
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -211,7 +212,7 @@ def main() -> None:
     props = torch.cuda.get_device_properties(0)
     lines = [
         "# GPU speed", "",
-        f"Written by `python experiments/bench/gpu.py --commit {args.commit}` on "
+        f"Written by `python experiments/bench/gpu.py {' '.join(sys.argv[1:])}` on "
         f"{datetime.date.today().isoformat()}, commit {args.commit}, in {time.perf_counter() - started:.0f} s.",
         f"Machine: {props.name} ({props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs), "
         f"driver {driver_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), {platform.platform()}.", "",
