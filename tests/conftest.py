@@ -74,3 +74,21 @@ def run_train(tmp_path):
 
 TOY_FAST = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16",
             "data.batch_size=32", "optimizer.lr=0.01", "trainer.max_epochs=2"]
+
+
+@pytest.fixture
+def compile_backend(monkeypatch):
+    """The backend compile=true uses in a test: "aot_eager" (the graph capture through AOT autograd, as
+    inductor's; seconds), or "inductor" with NPLM_TEST_INDUCTOR=1 (code generation too; gpu_check.py). Under
+    inductor, random ops (sampling heads, dropout) fall back to eager's generator, so that a compiled run
+    draws the same numbers as the eager one it is compared with (inductor's own stream differs)."""
+    backend = "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager"
+    monkeypatch.setenv("NPLM_COMPILE_BACKEND", backend)
+    if backend != "inductor":
+        yield backend
+        return
+    from torch._inductor import config
+
+    with config.patch(fallback_random=True):
+        yield backend
+

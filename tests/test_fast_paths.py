@@ -3,7 +3,6 @@ on accelerators against the CPU's grouped ones, bf16 autocast, and batches gathe
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -34,12 +33,10 @@ def one_epoch(run_train, *overrides) -> dict:
 
 @pytest.mark.slow  # torch.compile of every head: seconds each
 @pytest.mark.parametrize("head", list(HEADS))
-def test_compile_true_trains_every_head_as_eager_does(run_train, monkeypatch, head):
+def test_compile_true_trains_every_head_as_eager_does(run_train, compile_backend, head):
     """fullgraph=True: a graph break (or a data-dependent branch) fails the run. The capture goes
     through AOT autograd as inductor's does; code generation is left out here to keep the suite
     fast (NPLM_TEST_INDUCTOR=1 compiles with inductor; experiments/bench/gpu_check.py does on a GPU)."""
-    backend = "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager"
-    monkeypatch.setenv("NPLM_COMPILE_BACKEND", backend)
     eager = one_epoch(run_train, *HEADS[head])
     torch._dynamo.reset()
     compiled = one_epoch(run_train, *HEADS[head], "compile=true")

@@ -73,10 +73,9 @@ def one_epoch(run_train, *overrides) -> dict:
 
 @pytest.mark.slow  # 5-15 s a pair: the compiled run trains for real
 @pytest.mark.parametrize("model,head", COMPILED)
-def test_compile_true_trains_as_eager_does(run_train, monkeypatch, model, head):
+def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, head):
     """fullgraph=True through AOT autograd (tests/test_fast_paths.py): the same perplexities as eager,
     dropout included (the modern NPLM's 0.2)."""
-    monkeypatch.setenv("NPLM_COMPILE_BACKEND", "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager")
     eager = one_epoch(run_train, *pair(model, head))
     torch._dynamo.reset()
     compiled = one_epoch(run_train, *pair(model, head), "compile=true")

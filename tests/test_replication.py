@@ -249,3 +249,31 @@ def test_stopped_by_tells_a_cut_second_epoch_from_a_whole_one():
     assert stopped_by(history(3125, 6250), patience=2) == "epoch limit"
     rising = [{"step": 10 * (i + 1), "val/ppl": v, "train/epoch_time_s": 1.0} for i, v in enumerate((9, 8, 8.5, 8.6))]
     assert stopped_by(rising, patience=2) == "early stopping"
+
+
+def test_the_machine_line_names_the_gpu_where_the_run_had_one():
+    from replication import machine_line
+
+    cpu = {"platform": "Linux-6.18", "cpus": 2, "torch_threads": 1, "gpu": None}
+    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch threads"
+    assert machine_line({**cpu, "gpu": "NVIDIA H200"}) == "Linux-6.18, 2 CPUs, 1 torch threads, GPU NVIDIA H200"
+    del cpu["gpu"]  # records written before the key existed
+    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch threads"
+
+
+def test_a_run_record_names_the_commit_given_by_nplm_git_commit(monkeypatch):
+    """A copy of the code sent to another machine may carry a stale .git: NPLM_GIT_COMMIT, where set, wins."""
+    from nplm.tracking.records import git_commit
+
+    monkeypatch.delenv("NPLM_GIT_COMMIT", raising=False)
+    here = git_commit()
+    assert here is None or len(here.removesuffix("-dirty")) == 40
+    monkeypatch.setenv("NPLM_GIT_COMMIT", "99258f8657a098b7f219d031eaf55df4ba21501c")
+    assert git_commit() == "99258f8657a098b7f219d031eaf55df4ba21501c"
+
+
+def test_report_keeps_the_whole_command_but_the_programs_folder():
+    from report import command_line
+
+    assert command_line("/venv/bin/nplm-train a=1 hydra.run.dir=/tmp/x") == "nplm-train a=1 hydra.run.dir=/tmp/x"
+    assert command_line("nplm-train") == "nplm-train"

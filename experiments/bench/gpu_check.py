@@ -5,7 +5,7 @@ Run on a CUDA machine from the repository root (needs hydra-core, omegaconf and 
 Lightning and pytest):
 
     python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
-                                           [--models nplm,lbl,modern]
+                                           [--models nplm,lbl,modern] [--out experiments/bench/gpu_check.md --commit SHA]
 
 (All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
 `--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
@@ -28,9 +28,11 @@ Prints one summary table (status, train/val perplexity, training tokens/s) and e
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import logging
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,8 @@ def main() -> None:
     parser.add_argument("--compile-only", action="store_true", help="only the compile=true runs")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
+    parser.add_argument("--out", type=Path, default=None, help="also write the summary there (gpu_check.md)")
+    parser.add_argument("--commit", default="unknown", help="the git commit checked (the GPU copy may have no .git)")
     args = parser.parse_args()
     models = args.models.split(",")
     if unknown := sorted(set(models) - set(MODELS)):
@@ -139,12 +143,27 @@ def main() -> None:
                    f"{str(err)[:120]} | | | | |")
         print(row, flush=True)
         rows.append(row)
-    print(f"\n## nplm-train, {args.steps} steps, NPLM_SYNC_DEBUG=1 (sync debug mode 'error' in every step after the first)")
-    print("| model | head | precision | compile | status | train ppl | val ppl | train tokens/s | wall s |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|")
-    print("\n".join(rows))
-    print(f"\npytest: {'passed' if tests_rc == 0 else f'FAILED (exit {tests_rc})'}; runs failed: {failed}")
+    text = summary(args.steps, rows, "skipped" if args.skip_tests else "passed" if tests_rc == 0
+                   else f"FAILED (exit {tests_rc})", failed, args.commit)
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text)
     sys.exit(1 if failed or tests_rc else 0)
+
+
+def summary(steps: int, rows: list[str], tests: str, failed: int, commit: str) -> str:
+    """gpu_check.md: what ran, where, and the table of runs."""
+    import torch
+
+    return "\n".join([
+        "# GPU readiness check", "",
+        f"Written by `python3 experiments/bench/gpu_check.py {' '.join(sys.argv[1:])}` on "
+        f"{datetime.date.today().isoformat()}, commit {commit}: {torch.cuda.get_device_name()}, torch "
+        f"{torch.__version__} (CUDA {torch.version.cuda}), {platform.platform()}.", "",
+        f"pytest (the CUDA tests and the head tests): {tests}; runs failed: {failed} of {len(rows)}.", "",
+        f"## nplm-train, {steps} steps, NPLM_SYNC_DEBUG=1 (sync debug mode 'error' in every step after the first)", "",
+        "| model | head | precision | compile | status | train ppl | val ppl | train tokens/s | wall s |",
+        "|---|---|---|---|---|---:|---:|---:|---:|", *rows, ""])
 
 
 if __name__ == "__main__":

@@ -75,6 +75,20 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                        "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
                                        "dropout 0.5, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
                                        "epochs, bf16", 12),
+    "modern-d256-w8-dropout2-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256",
+                                        "model.window=8", "model.summaries=8", "model.dropout=0.2", "optimizer=adamw",
+                                        "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
+                                        "trainer.precision=bf16-mixed"],
+                                       "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
+                                       "dropout 0.2, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
+                                       "epochs, bf16", 12),
+    "modern-d256-w4-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256", "model.window=4",
+                               "model.summaries=12", "model.dropout=0.3", "optimizer=adamw",
+                               "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
+                               "trainer.precision=bf16-mixed"],
+                              "the modern NPLM, width 256, a window of 4 and 12 averages of the 60 before it, "
+                              "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
+                              "bf16", 12),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
     "modern-gpu-c128-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu", "model.context_size=128",
                                 "model.embed_dim=256", "model.window=8", "model.summaries=16", "model.dropout=0.3",

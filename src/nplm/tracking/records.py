@@ -44,8 +44,11 @@ TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "t
 
 
 def git_commit() -> str | None:
-    """HEAD of the repository nplm is installed from, with "-dirty" for uncommitted changes; where that is
-    no git checkout (a copy sent to another machine), the environment's NPLM_GIT_COMMIT, if set."""
+    """The environment's NPLM_GIT_COMMIT where set (a copy of the code sent to another machine, whose .git,
+    if it has one, may be stale); else HEAD of the repository nplm is installed from, with "-dirty" for
+    uncommitted changes; None outside a git checkout."""
+    if named := os.environ.get("NPLM_GIT_COMMIT"):
+        return named
     here = Path(__file__).resolve().parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -53,7 +56,7 @@ def git_commit() -> str | None:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("NPLM_GIT_COMMIT")
+        return None
     return head + ("-dirty" if dirty else "")
 
 
