@@ -37,6 +37,19 @@ from replication import DATA_DIR, best_epoch, load_result, machine_line, pct, st
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
+def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False) -> tuple:
+    """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
+    `dropout`, AdamW with weight decay 0.1 and the step annealed to 0 along a cosine over 12 epochs,
+    trained for those 12; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`."""
+    overrides = ["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
+                 f"model.dropout={dropout}", "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
+                 "trainer.max_epochs=12", *(["trainer.precision=bf16-mixed"] if bf16 else [])]
+    text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay 0.1), step annealed along a cosine over "
+            "12 epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else ""))
+    return overrides, text, 12
+
+
+W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256, a window of 8, 8 averages
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
     "notebook": (["experiment=tinyshakespeare_char"], "the notebook's network (`experiment=tinyshakespeare_char`)", 15),
     "modern": (["experiment=sun2021/tinyshakespeare_char"],
@@ -52,66 +65,28 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                  "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
                                 "the modern NPLM, hidden 1024, dropout 0.3, AdamW (weight decay 0.1), step halved "
                                 "on a plateau, bf16", 30),
-    "modern-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.dropout=0.3", "optimizer=adamw",
-                       "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12"],
-                      "the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over "
-                      "12 epochs", 12),
-    "modern-d256-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256", "model.dropout=0.3",
-                            "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
-                            "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
-                           "the modern NPLM, width 256, dropout 0.3, AdamW (weight decay 0.1), step annealed along "
-                           "a cosine over 12 epochs, bf16", 12),
-    "modern-d256-w8-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256", "model.window=8",
-                               "model.summaries=8", "model.dropout=0.3", "optimizer=adamw",
-                               "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
-                               "trainer.precision=bf16-mixed"],
-                              "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
-                              "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
-                              "bf16", 12),
-    "modern-d256-w8-dropout5-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256",
-                                        "model.window=8", "model.summaries=8", "model.dropout=0.5", "optimizer=adamw",
-                                        "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
-                                        "trainer.precision=bf16-mixed"],
-                                       "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
-                                       "dropout 0.5, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
-                                       "epochs, bf16", 12),
-    "modern-d256-w8-dropout2-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256",
-                                        "model.window=8", "model.summaries=8", "model.dropout=0.2", "optimizer=adamw",
-                                        "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
-                                        "trainer.precision=bf16-mixed"],
-                                       "the modern NPLM, width 256, a window of 8 and 8 averages of the 56 before it, "
-                                       "dropout 0.2, AdamW (weight decay 0.1), step annealed along a cosine over 12 "
-                                       "epochs, bf16", 12),
-    "modern-d256-w4-cosine": (["experiment=sun2021/tinyshakespeare_char", "model.embed_dim=256", "model.window=4",
-                               "model.summaries=12", "model.dropout=0.3", "optimizer=adamw",
-                               "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
-                               "trainer.precision=bf16-mixed"],
-                              "the modern NPLM, width 256, a window of 4 and 12 averages of the 60 before it, "
-                              "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
-                              "bf16", 12),
+    "modern-cosine": cosine_row([], "", 0.3, bf16=False),
+    "modern-d256-cosine": cosine_row(["model.embed_dim=256"], "width 256, ", 0.3),
+    "modern-d256-w8-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ", 0.3),
+    "modern-d256-w8-dropout5-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ",
+                                                 0.5),
+    "modern-d256-w8-dropout2-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ",
+                                                 0.2),
+    "modern-d256-w4-cosine": cosine_row(["model.embed_dim=256", "model.window=4", "model.summaries=12"],
+                                        "width 256, a window of 4 and 12 averages of the 60 before it, ", 0.3),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
-    "modern-gpu-c128-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu", "model.context_size=128",
-                                "model.embed_dim=256", "model.window=8", "model.summaries=16", "model.dropout=0.3",
-                                "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
-                                "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
-                               "the modern NPLM, width 256, a window of 8 and 16 averages of the 120 before it, "
-                               "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
-                               "bf16, on a GPU", 12),
-    "modern-gpu-c256-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu", "model.context_size=256",
-                                "model.embed_dim=256", "model.window=8", "model.summaries=32", "model.dropout=0.3",
-                                "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
-                                "trainer.max_epochs=12", "trainer.precision=bf16-mixed"],
-                               "the modern NPLM, width 256, a window of 8 and 32 averages of the 248 before it, "
-                               "dropout 0.3, AdamW (weight decay 0.1), step annealed along a cosine over 12 epochs, "
-                               "bf16, on a GPU", 12),
-    "modern-gpu-d384-c128-cosine": (["experiment=sun2021/tinyshakespeare_char", "trainer=gpu",
-                                     "model.context_size=128", "model.embed_dim=384", "model.hidden_dim=1024",
-                                     "model.window=8", "model.summaries=16", "model.dropout=0.35", "optimizer=adamw",
-                                     "optimizer.weight_decay=0.1", "optimizer.cosine=true", "trainer.max_epochs=12",
-                                     "trainer.precision=bf16-mixed"],
-                                    "the modern NPLM, width 384, hidden 1024, a window of 8 and 16 averages of the "
-                                    "120 before it, dropout 0.35, AdamW (weight decay 0.1), step annealed along a "
-                                    "cosine over 12 epochs, bf16, on a GPU", 12),
+    "modern-gpu-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=256", "model.window=8",
+                                          "model.summaries=16"],
+                                         "width 256, a window of 8 and 16 averages of the 120 before it, ", 0.3,
+                                         gpu=True),
+    "modern-gpu-c256-cosine": cosine_row(["model.context_size=256", "model.embed_dim=256", "model.window=8",
+                                          "model.summaries=32"],
+                                         "width 256, a window of 8 and 32 averages of the 248 before it, ", 0.3,
+                                         gpu=True),
+    "modern-gpu-d384-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=384", "model.hidden_dim=1024",
+                                               "model.window=8", "model.summaries=16"],
+                                              "width 384, hidden 1024, a window of 8 and 16 averages of the 120 "
+                                              "before it, ", 0.35, gpu=True),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
