@@ -277,3 +277,17 @@ def test_report_keeps_the_whole_command_but_the_programs_folder():
 
     assert command_line("/venv/bin/nplm-train a=1 hydra.run.dir=/tmp/x") == "nplm-train a=1 hydra.run.dir=/tmp/x"
     assert command_line("nplm-train") == "nplm-train"
+
+
+def test_a_run_record_names_a_gpu_only_where_the_run_trains_on_one(monkeypatch):
+    import torch
+    from omegaconf import OmegaConf
+
+    from nplm.tracking.records import gpu_trained_on
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    assert gpu_trained_on(OmegaConf.create({"trainer": {"accelerator": "gpu"}})) == "NVIDIA H200"
+    assert gpu_trained_on(OmegaConf.create({"trainer": {"accelerator": "cpu"}})) is None  # a CPU run on a GPU machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_trained_on(OmegaConf.create({"trainer": {"accelerator": "auto"}})) is None

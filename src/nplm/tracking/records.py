@@ -112,6 +112,15 @@ def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep:
                             f"its content (sha256 {digest[:12]}...); put it back, or start a new run on the new data")
 
 
+def gpu_trained_on(cfg: DictConfig) -> str | None:
+    """The name of the CUDA GPU the run trains on (`trainer.accelerator` gpu or cuda, or auto where one is
+    visible); None on a CPU, also on a machine that has a GPU."""
+    accelerator = str(cfg.get("trainer", {}).get("accelerator", "cpu"))
+    if torch.cuda.is_available() and accelerator in ("gpu", "cuda", "auto"):
+        return torch.cuda.get_device_name(0)
+    return None
+
+
 class RunRecord:
     """Owns `metrics.json` and `config.yaml` of one run directory (written by rank 0 only)."""
 
@@ -135,7 +144,7 @@ class RunRecord:
                          "pytorch_lightning": pl.__version__},
             "machine": {"platform": platform.platform(), "processor": platform.processor(),
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+                        "gpu": gpu_trained_on(cfg)},
             "metrics": {},
         }
         self.enabled = rank_zero_only.rank == 0
