@@ -11,10 +11,12 @@ Rows: `notebook` (`experiment=tinyshakespeare_char`), `modern` (`experiment=sun2
 epoch with no better validation), `modern-wide` (twice the blocks' hidden width, more dropout, the step
 halved, under bf16 autocast, which these CPUs' avx512_bf16 make faster than the fp32 recipe at half the
 width), `modern-wide-regularised` (the wide row with the weight decay), each trained to early stopping
-(patience 2), and `modern-cosine`, `modern-d256-cosine`, `modern-d256-w8-cosine` and
-`modern-d256-w8-dropout5-cosine` (the regularised row; the same with width d = 256 under bf16; that with
-a window of 8 characters and 8 averages of the 56 before it; and that with dropout 0.5: each with the
-step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12). For each
+(patience 2), and `modern-cosine`, `modern-d256-cosine`, `modern-d256-w8-cosine`,
+`modern-d256-w8-dropout5-cosine`, `modern-d256-w8-dropout2-cosine` and `modern-d256-w4-cosine` (the
+regularised row; the same with width d = 256 under bf16; that with a window of 8 characters and 8
+averages of the 56 before it; that with dropout 0.5, and 0.2; and a window of 4 with 12 averages: each
+with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12), and
+the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
