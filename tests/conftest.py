@@ -91,4 +91,3 @@ def compile_backend(monkeypatch):
 
     with config.patch(fallback_random=True):
         yield backend
-

@@ -3,7 +3,6 @@ on accelerators against the CPU's grouped ones, bf16 autocast, and batches gathe
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

@@ -17,6 +17,7 @@ from nplm.cli.compare import main as compare
 from nplm.cli.evaluate import evaluate
 from nplm.cli.generate import generate
 from nplm.cli.predict import predict
+from nplm.heads import head_class
 from nplm.inference.mixture import mix
 from nplm.training.checkpoint import load_model
 
@@ -37,16 +38,17 @@ HEADS = {
     "importance_sampling": ["head=importance_sampling", "head.num_samples=20"],
     "nce": ["head=nce", "head.num_samples=10"],
 }
-NO_WORD_VECTORS = ("hierarchical", "hierarchical-logistic", "class_based")  # heads that cannot tie
 
 
 def pair(model: str, head: str) -> list[str]:
     """The overrides of a model x head pair; the modern NPLM ties its output vectors (its default) where
-    the head has one per word, the LBL where asked (here: the tying heads, to train that path too)."""
+    the head has one per word (its class's `can_tie`), the LBL where asked (here: the tying heads, to
+    train that path too)."""
+    can_tie = head_class(HEADS[head][0].split("=", 1)[1]).can_tie  # HEADS[head][0] is "head=<name>"
     tie = []
-    if head in NO_WORD_VECTORS and model == "modern":
+    if not can_tie and model == "modern":
         tie = ["model.tie_embeddings=false"]
-    elif head not in NO_WORD_VECTORS and model == "lbl":
+    elif can_tie and model == "lbl":
         tie = ["model.tie_embeddings=true"]
     return [*TOY, *MODELS[model], *HEADS[head], *tie]
 

@@ -57,16 +57,19 @@ MODELS = {
             "optimizer.lr=0.001", "data.batch_size=128"],
     "modern": ["experiment=sun2021/tinyshakespeare_char"],
 }
-ONE_VECTOR_PER_WORD = ("softmax", "adaptive", "importance_sampling", "nce")  # heads whose output vectors can be tied
 
 
 def model_head(model: str, head: str) -> list[str]:
     """The overrides of a model x head run: the modern NPLM ties its output vectors (its experiment's
-    default) only where the head has one per word; the LBL ties them there too, to check that path."""
+    default) only where the head has one per word (its class's `can_tie`); the LBL ties them there too,
+    to check that path."""
+    from nplm.heads import head_class
+
+    can_tie = head_class(HEADS[head][0].split("=", 1)[1]).can_tie  # HEADS[head][0] is "head=<name>"
     tie = []
-    if model == "modern" and head not in ONE_VECTOR_PER_WORD:
+    if model == "modern" and not can_tie:
         tie = ["model.tie_embeddings=false"]
-    elif model == "lbl" and head in ONE_VECTOR_PER_WORD:
+    elif model == "lbl" and can_tie:
         tie = ["model.tie_embeddings=true"]
     return [*MODELS[model], *HEADS[head], *tie]
 

@@ -52,6 +52,7 @@ def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, g
 
 
 W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256, a window of 8, 8 averages
+W8_WHAT = "width 256, a window of 8 and 8 averages of the 56 before it, "
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
     "notebook": (["experiment=tinyshakespeare_char"], "the notebook's network (`experiment=tinyshakespeare_char`)", 15),
     "modern": (["experiment=sun2021/tinyshakespeare_char"],
@@ -69,11 +70,9 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                 "on a plateau, bf16", 30),
     "modern-cosine": cosine_row([], "", 0.3, bf16=False),
     "modern-d256-cosine": cosine_row(["model.embed_dim=256"], "width 256, ", 0.3),
-    "modern-d256-w8-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ", 0.3),
-    "modern-d256-w8-dropout5-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ",
-                                                 0.5),
-    "modern-d256-w8-dropout2-cosine": cosine_row(W8, "width 256, a window of 8 and 8 averages of the 56 before it, ",
-                                                 0.2),
+    "modern-d256-w8-cosine": cosine_row(W8, W8_WHAT, 0.3),
+    "modern-d256-w8-dropout5-cosine": cosine_row(W8, W8_WHAT, 0.5),
+    "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
     "modern-d256-w4-cosine": cosine_row(["model.embed_dim=256", "model.window=4", "model.summaries=12"],
                                         "width 256, a window of 4 and 12 averages of the 60 before it, ", 0.3),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
