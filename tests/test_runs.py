@@ -195,7 +195,7 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
 
 def test_resume_names_every_changed_override(tmp_path):
     from nplm.errors import UserError
-    from nplm.tracking.runs import override_changes, resolve_resume
+    from nplm.tracking.runs import override_changes, resolve_resume, training_overrides
 
     assert override_changes(["corpus=toy", "model.embed_dim=8", "seed=1"], ["corpus=toy", "seed=2", "+x.y=3"]) == [
         "model.embed_dim=8 -> (default)", "seed=1 -> 2", "x.y=(default) -> 3"]
@@ -208,21 +208,25 @@ def test_resume_names_every_changed_override(tmp_path):
         resolve_resume(f"{old}", fresh, ["seed=2"])
     assert resolve_resume(True, fresh, ["seed=2"], allow_changes=True) == (old, old / "checkpoints" / "last.ckpt")
     assert resolve_resume(True, fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
-    # a record that still lists a key which no longer counts (stop_at, written before it joined NOT_TRAINING)
-    (old / "metrics.json").write_text(json.dumps({"status": "running", "overrides": ["seed=1", "stop_at=1"]}))
-    assert resolve_resume(f"{old}", fresh, ["seed=1"]) == (old, old / "checkpoints" / "last.ckpt")
+    # a record that still lists keys which no longer count (stop_at, threads: written before they joined
+    # NOT_TRAINING); continuing with more threads is the same job
+    (old / "metrics.json").write_text(json.dumps({"status": "running", "overrides": ["seed=1", "stop_at=1",
+                                                                                    "threads=1"]}))
+    assert resolve_resume(f"{old}", fresh, training_overrides(["threads=2", "seed=1"])) == (
+        old, old / "checkpoints" / "last.ckpt")
+    assert training_overrides(["threads=2", "seed=1", "stop_at=5"]) == ["seed=1"]
 
 
 @pytest.mark.slow
-def test_a_new_deadline_or_grouping_is_the_same_job(tmp_path):
-    """stop_at (a driver's wall-clock budget) and steps_per_execution do not change what is trained: a
-    second call with other values finds the finished run (and would resume a killed one)."""
+def test_a_new_deadline_grouping_or_thread_count_is_the_same_job(tmp_path):
+    """stop_at (a driver's wall-clock budget), steps_per_execution and threads do not change what is
+    trained: a second call with other values finds the finished run (and would resume a killed one)."""
     import time
 
-    args = ["corpus=toy", "threads=1", "logger=none", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'a'}"]
-    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 3600:.0f}")
+    args = ["corpus=toy", "logger=none", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'a'}"]
+    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 3600:.0f}", "threads=1")
     assert first.returncode == 0, first.stderr[-3000:]
     again = nplm_train(tmp_path, *args[:-1], f"hydra.run.dir={tmp_path / 'b'}", f"stop_at={time.time() + 7200:.0f}",
-                       "steps_per_execution=4", "resume=true")
+                       "steps_per_execution=4", "threads=2", "resume=true")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already finished" in again.stdout + again.stderr

@@ -39,16 +39,18 @@ from replication import DATA_DIR, best_epoch, load_result, machine_line, pct, st
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
-def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False) -> tuple:
+def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False,
+               epochs: int = 12, weight_decay: float = 0.1) -> tuple:
     """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
-    `dropout`, AdamW with weight decay 0.1 and the step annealed to 0 along a cosine over 12 epochs,
-    trained for those 12; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`."""
+    `dropout`, AdamW with `weight_decay` and the step annealed to 0 along a cosine over `epochs` epochs,
+    trained for those; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`."""
     overrides = ["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
-                 f"model.dropout={dropout}", "optimizer=adamw", "optimizer.weight_decay=0.1", "optimizer.cosine=true",
-                 "trainer.max_epochs=12", *(["trainer.precision=bf16-mixed"] if bf16 else [])]
-    text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay 0.1), step annealed along a cosine over "
-            "12 epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else ""))
-    return overrides, text, 12
+                 f"model.dropout={dropout}", "optimizer=adamw", f"optimizer.weight_decay={weight_decay}",
+                 "optimizer.cosine=true", f"trainer.max_epochs={epochs}",
+                 *(["trainer.precision=bf16-mixed"] if bf16 else [])]
+    text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay {weight_decay}), step annealed along a "
+            f"cosine over {epochs} epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else ""))
+    return overrides, text, epochs
 
 
 W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256, a window of 8, 8 averages
@@ -73,6 +75,8 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-w8-cosine": cosine_row(W8, W8_WHAT, 0.3),
     "modern-d256-w8-dropout5-cosine": cosine_row(W8, W8_WHAT, 0.5),
     "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
+    "modern-d256-w8-dropout2-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10),
+    "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10, weight_decay=0.3),
     "modern-d256-w4-cosine": cosine_row(["model.embed_dim=256", "model.window=4", "model.summaries=12"],
                                         "width 256, a window of 4 and 12 averages of the 60 before it, ", 0.3),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)

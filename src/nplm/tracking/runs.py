@@ -36,7 +36,8 @@ HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra writes into a job folder befo
 RUN_OUTPUTS = ("metrics.csv", "csv", "checkpoints", "wandb", "wandb_id.txt")
 # Keys that change how a run is watched or continued, not what it trains.
 NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval",
-                "stop_at", "steps_per_execution")  # (a wall-clock deadline; the same updates, grouped)
+                "stop_at", "steps_per_execution",  # (a wall-clock deadline; the same updates, grouped)
+                "threads")  # (the record's machine.torch_threads says it)
 
 
 def _key(override: str) -> str:
