@@ -15,7 +15,9 @@ width), `modern-wide-regularised` (the wide row with the weight decay), each tra
 `modern-d256-w8-dropout5-cosine`, `modern-d256-w8-dropout2-cosine` and `modern-d256-w4-cosine` (the
 regularised row; the same with width d = 256 under bf16; that with a window of 8 characters and 8
 averages of the 56 before it; that with dropout 0.5, and 0.2; and a window of 4 with 12 averages: each
-with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12), and
+with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12),
+`modern-d256-w8-dropout2-cosine10` and `modern-d256-w8-dropout2-wd3-cosine10` (the dropout-0.2 row with
+its cosine over 10 epochs, and that with weight decay 0.3), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
