@@ -16,8 +16,9 @@ width), `modern-wide-regularised` (the wide row with the weight decay), each tra
 regularised row; the same with width d = 256 under bf16; that with a window of 8 characters and 8
 averages of the 56 before it; that with dropout 0.5, and 0.2; and a window of 4 with 12 averages: each
 with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12),
-`modern-d256-w8-dropout2-cosine10` and `modern-d256-w8-dropout2-wd3-cosine10` (the dropout-0.2 row with
-its cosine over 10 epochs, and that with weight decay 0.3), and
+`modern-d256-w8-dropout2-cosine10`, `modern-d256-w8-dropout2-wd3-cosine10` and
+`modern-d256-w8-dropout15-cosine10` (the dropout-0.2 row with its cosine over 10 epochs, that with weight
+decay 0.3, and with dropout 0.15), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
@@ -79,6 +80,7 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
     "modern-d256-w8-dropout2-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10),
     "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10, weight_decay=0.3),
+    "modern-d256-w8-dropout15-cosine10": cosine_row(W8, W8_WHAT, 0.15, epochs=10),
     "modern-d256-w4-cosine": cosine_row(["model.embed_dim=256", "model.window=4", "model.summaries=12"],
                                         "width 256, a window of 4 and 12 averages of the 60 before it, ", 0.3),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
