@@ -23,7 +23,7 @@ def driver():
     return module
 
 
-def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = True) -> None:
+def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = True, **extra) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     record = {"row": row, "command": f"nplm-train experiment={row}", "git_commit": "abcdef0123", "machine": "m",
               "parameters": 1234567, "context": 64, "epochs": 9, "best_epoch": 7, "converged": converged,
@@ -33,7 +33,7 @@ def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = T
               "history": [{"epoch": epoch, "train_ppl": 6.0 if epoch == 7 else 7.0,
                            "valid_ppl": valid if epoch == 7 else valid + 1, "tokens_per_s": 2500.0,
                            "epoch_time_s": 400.0} for epoch in range(1, 10)]}  # 9 epochs, the best the 7th
-    (folder / f"{row}.json").write_text(json.dumps(record))
+    (folder / f"{row}.json").write_text(json.dumps({**record, **extra}))
 
 
 def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
@@ -58,6 +58,10 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
             "training 6.000 at its best epoch, 1,234,567 parameters, 400 s an epoch") in text
     assert "| 9* / 7 |" in text
     assert "not measured" in run.tables(tmp_path / "none")
+    # level with the KN5 to 3 decimals: 5 digits, the gap to 3 decimals of a per cent, and the fp32 score
+    result(tmp_path / "level", "modern-cosine", 4.76423, 4.76418, scored_valid=4.76408)
+    assert (": 4.76423 against the KN5's 4.76418: +0.001% (level with it; its best checkpoint scored again in fp32 "
+            "by nplm-mix: 4.76408, -0.002%; missed); ") in run.tables(tmp_path / "level")
 
 
 def test_the_readme_is_written_from_the_committed_results():
