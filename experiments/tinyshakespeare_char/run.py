@@ -42,6 +42,8 @@ from replication import DATA_DIR, best_epoch, load_result, machine_line, pct, st
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
+
+
 def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False,
                epochs: int = 12, weight_decay: float = 0.1) -> tuple:
     """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
