@@ -243,9 +243,9 @@ def write_result(results: Path, name: str, result: dict) -> None:
     (Path(results) / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
-def pct(value: float, reference: float) -> str:
-    """How far `value` sits from `reference`, as a table cell: "+3.4%"."""
-    return f"{100 * (value / reference - 1):+.1f}%"
+def pct(value: float, reference: float, digits: int = 1) -> str:
+    """How far `value` sits from `reference`, as a table cell: "+3.4%" (`digits` decimals)."""
+    return f"{100 * (value / reference - 1):+.{digits}f}%"
 
 
 def valid_test(valid: float | None, test: float | None, digits: int = 0) -> str:

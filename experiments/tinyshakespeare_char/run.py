@@ -210,11 +210,6 @@ def train_ppl_at_best(r: dict) -> float | None:
     return next(h["train_ppl"] for h in r["history"] if h["epoch"] == r["best_epoch"])
 
 
-def fine_pct(value: float, reference: float) -> str:
-    """pct to three decimals, for figures level with their reference to one: "+0.001%"."""
-    return f"{100 * (value / reference - 1):+.3f}%"
-
-
 def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     """The target's line for the best modern NPLM row, then what each variant changes against `modern`."""
     modern = modern_rows(rows)
@@ -226,8 +221,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     verdict = ("met" if met else "missed") + ("" if r["converged"] else "; the run has not reached early stopping yet")
     if abs(r["valid"] / r["kn5_valid"] - 1) < TIE:  # level to 3 decimals: 5 of them, and the fp32 score
         fp32 = (f"; its best checkpoint scored again in fp32 by nplm-mix: {r['scored_valid']:.5f}, "
-                f"{fine_pct(r['scored_valid'], r['kn5_valid'])}" if r.get("scored_valid") else "")
-        versus = (f"{r['valid']:.5f} against the KN5's {r['kn5_valid']:.5f}: {fine_pct(r['valid'], r['kn5_valid'])} "
+                f"{pct(r['scored_valid'], r['kn5_valid'], 3)}" if r.get("scored_valid") else "")
+        versus = (f"{r['valid']:.5f} against the KN5's {r['kn5_valid']:.5f}: {pct(r['valid'], r['kn5_valid'], 3)} "
                   f"(level with it{fp32}; {verdict})")
     else:
         versus = f"{r['valid']:.3f} against the KN5's {r['kn5_valid']:.3f}: {pct(r['valid'], r['kn5_valid'])} ({verdict})"
