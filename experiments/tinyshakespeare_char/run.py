@@ -18,7 +18,9 @@ averages of the 56 before it; that with dropout 0.5, and 0.2; and a window of 4 
 with the step annealed to 0 along a cosine over 12 epochs instead of halved, trained for those 12),
 `modern-d256-w8-dropout2-cosine10`, `modern-d256-w8-dropout2-wd3-cosine10` and
 `modern-d256-w8-dropout15-cosine10` (the dropout-0.2 row with its cosine over 10 epochs, that with weight
-decay 0.3, and with dropout 0.15), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs), and
+decay 0.3, and with dropout 0.15), `modern-d256-w8-dropout2-cosine10-seed2` (the 10-epoch row with seed 2:
+how far the seed moves it), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs),
+`modern-d256-w4-dropout2-cosine10` (the window of 4 with dropout 0.2 over 10 epochs), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
@@ -45,21 +47,25 @@ OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
 
 
 def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False,
-               epochs: int = 12, weight_decay: float = 0.1) -> tuple:
+               epochs: int = 12, weight_decay: float = 0.1, seed: int | None = None) -> tuple:
     """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
     `dropout`, AdamW with `weight_decay` and the step annealed to 0 along a cosine over `epochs` epochs,
-    trained for those; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`."""
+    trained for those; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`; with `seed` in
+    place of conf/train.yaml's where given."""
     overrides = ["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
                  f"model.dropout={dropout}", "optimizer=adamw", f"optimizer.weight_decay={weight_decay}",
                  "optimizer.cosine=true", f"trainer.max_epochs={epochs}",
-                 *(["trainer.precision=bf16-mixed"] if bf16 else [])]
+                 *(["trainer.precision=bf16-mixed"] if bf16 else []), *([f"seed={seed}"] if seed is not None else [])]
     text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay {weight_decay}), step annealed along a "
-            f"cosine over {epochs} epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else ""))
+            f"cosine over {epochs} epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else "")
+            + (f", seed {seed}" if seed is not None else ""))
     return overrides, text, epochs
 
 
 W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256, a window of 8, 8 averages
 W8_WHAT = "width 256, a window of 8 and 8 averages of the 56 before it, "
+W4 = ["model.embed_dim=256", "model.window=4", "model.summaries=12"]  # width 256, a window of 4, 12 averages
+W4_WHAT = "width 256, a window of 4 and 12 averages of the 60 before it, "
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
     "notebook": (["experiment=tinyshakespeare_char"], "the notebook's network (`experiment=tinyshakespeare_char`)", 15),
     "modern": (["experiment=sun2021/tinyshakespeare_char"],
@@ -81,11 +87,12 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-w8-dropout5-cosine": cosine_row(W8, W8_WHAT, 0.5),
     "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
     "modern-d256-w8-dropout2-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10),
+    "modern-d256-w8-dropout2-cosine10-seed2": cosine_row(W8, W8_WHAT, 0.2, epochs=10, seed=2),
     "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10, weight_decay=0.3),
     "modern-d256-w8-dropout15-cosine10": cosine_row(W8, W8_WHAT, 0.15, epochs=10),
     "modern-d256-w8-dropout2-cosine8": cosine_row(W8, W8_WHAT, 0.2, epochs=8),
-    "modern-d256-w4-cosine": cosine_row(["model.embed_dim=256", "model.window=4", "model.summaries=12"],
-                                        "width 256, a window of 4 and 12 averages of the 60 before it, ", 0.3),
+    "modern-d256-w4-cosine": cosine_row(W4, W4_WHAT, 0.3),
+    "modern-d256-w4-dropout2-cosine10": cosine_row(W4, W4_WHAT, 0.2, epochs=10),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
     "modern-gpu-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=256", "model.window=8",
                                           "model.summaries=16"],
