@@ -65,6 +65,8 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
                                       "of the batches (0 would run no batches) or null"),
     ("callbacks.early_stopping_patience=-1", "callbacks.early_stopping_patience=-1: must be an integer >= 1 or null"),
     ("callbacks.early_stopping_patience=0", "callbacks.early_stopping_patience=0: must be an integer >= 1 or null"),
+    ("callbacks.ema_decay=1", "callbacks.ema_decay=1: must be a number in (0, 1) or null"),
+    ("callbacks.ema_decay=fast", "callbacks.ema_decay=fast: must be a number in (0, 1) or null"),
     ("corpus.min_count=0", "corpus.min_count=0: must be an integer >= 1"),
     ("+corpus.anything=1", "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
                            "order, unk, vocab_from"),

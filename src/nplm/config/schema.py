@@ -85,7 +85,8 @@ WANDB = Group(options={"": {"project": Name(**WANDB_NAME), "entity": Name(nullab
                             "tags": StrList(max_len=64, hint="W&B's limit"), "name": Str(nullable=True),
                             "notes": Str(nullable=True)}})
 DATA = Group(options={"": {"batch_size": Int(1), "eval_batch_size": Int(1), "overfit_batches": Int(0)}})
-CALLBACKS = Group(options={"": {"early_stopping_patience": Int(1, nullable=True)}})
+CALLBACKS = Group(options={"": {"early_stopping_patience": Int(1, nullable=True),
+                                "ema_decay": Float(gt=0, lt=1, nullable=True)}})
 PATHS = Group(options={"": {"data_dir": Str(), "output_dir": Str()}})
 PROGRESS = Group(options={"": {"interval": Float(gt=0, default=30.0)}})
 

@@ -1,8 +1,8 @@
 """Will the run fit in memory? Estimated before anything is allocated, and refused in one line if not.
 
-The module is built on PyTorch's `meta` device (shapes only, no memory): its parameters, the
-optimizer's state after one step (Adam: 2 moments per weight, SGD with momentum: 1, plain SGD: 0),
-the gradients, and the tensors one training batch (`data.batch_size`) and one evaluation batch
+The module is built on PyTorch's `meta` device (shapes only, no memory): its parameters (twice with
+callbacks.ema_decay: their moving average), the optimizer's state after one step (Adam: 2 moments per
+weight, SGD with momentum: 1, plain SGD: 0), the gradients, and the tensors one training batch (`data.batch_size`) and one evaluation batch
 (`data.eval_batch_size`) produce, counted as the meta forward pass makes them (the head's [B, V]
 scores where it has them). The sum is compared with the memory available now: on a CPU the kernel's
 MemAvailable (and a cgroup's limit), on a GPU the free memory of each device (`torch.cuda.mem_get_info`).
@@ -158,9 +158,10 @@ def estimate(cfg: DictConfig, vocab, tree=None) -> dict | None:
     train = _batch_bytes(module, int(cfg.data.batch_size), train=True) or 0
     evaluation = _batch_bytes(module, int(cfg.data.eval_batch_size), train=False) or 0
     activations = max(train, evaluation)
-    return {"params": params, "weights": weights, "gradients": weights, "optimizer": optimizer,
+    averaged = weights if (cfg.get("callbacks") or {}).get("ema_decay") else 0  # callbacks.ema_decay's copy
+    return {"params": params, "weights": weights + averaged, "gradients": weights, "optimizer": optimizer,
             "activations": activations, "activations_of": "data.batch_size" if train >= evaluation else "data.eval_batch_size",
-            "total": 2 * weights + optimizer + activations,
+            "total": 2 * weights + averaged + optimizer + activations,
             "largest": [(name, shape) for name, shape, _ in sorted(named, key=lambda t: -t[2])[:2]],
             "per_word": per_word, "vocab_size": vocab_size}
 

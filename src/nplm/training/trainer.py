@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from nplm.errors import UserError
 from nplm.tracking.progress import Progress
 from nplm.tracking.records import EpochHistory
+from nplm.training.averaging import ema_callback
 from nplm.training.checkpoint_io import AtomicCheckpointIO
 from nplm.training.execution import ExecutionPlan
 
@@ -46,6 +47,8 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     patience = cfg.callbacks.get("early_stopping_patience")
     if patience:
         callbacks.append(EarlyStopping(monitor="val/ppl", mode="min", patience=patience))
+    if cfg.callbacks.get("ema_decay"):  # validate, checkpoint and test the weights' moving average
+        callbacks.append(ema_callback(float(cfg.callbacks.ema_decay)))
     trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
     if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
         if float(cfg.stop_at) <= time.time():

@@ -1,0 +1,63 @@
+"""`callbacks.ema_decay`: validate, checkpoint and test an exponential moving average of the weights.
+
+After every optimizer step t the averaged weights follow the trained ones (Polyak & Juditsky 1992's
+averaging, in its exponential form),
+
+    theta_ema <- decay * theta_ema + (1 - decay) * theta_t,
+
+and every validation, the best checkpoint's `state_dict` (what the test, `nplm-mix`, `nplm-generate`
+and `nplm-eval` read) and the end of training use theta_ema; training itself goes on with theta_t.
+Lightning's public `WeightAveraging` callback (pytorch-lightning >= 2.6) does the work: the trained
+weights travel in the checkpoint beside the averaged ones, so `resume=` goes on with both.
+
+Lightning calls the callback once per Lightning step, which is `steps_per_execution` optimizer steps
+(`nplm.training.execution`). The average then takes the k steps since its last update at once,
+
+    theta_ema <- decay^k * theta_ema + (1 - decay^k) * theta_t,
+
+the same time constant, 1 / (1 - decay) optimizer steps, with the weights read every k steps; with
+`steps_per_execution=1` it is the update above, after every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from nplm.errors import UserError
+
+
+def ema_callback(decay: float) -> pl.Callback:
+    """The callback for `callbacks.ema_decay=decay`; a one-line error where this Lightning has none."""
+    try:
+        from pytorch_lightning.callbacks import WeightAveraging
+    except ImportError:
+        raise UserError(f"callbacks.ema_decay={decay}: needs pytorch-lightning >= 2.6 (installed: {pl.__version__}); "
+                        "upgrade it, or set callbacks.ema_decay=null") from None
+
+    class WeightEMA(WeightAveraging):
+        """EMA of the parameters; buffers (a tree's integer codes) are copied, never averaged."""
+
+        def __init__(self):
+            super().__init__(use_buffers=False, multi_avg_fn=self._follow)
+            self.decay = decay
+            self._weight = 1 - decay  # 1 - decay^k, for the k optimizer steps since the last update
+
+        def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor) -> None:
+            for a, c in zip(averaged, current):
+                a.lerp_(c, self._weight)  # a + w (c - a) = (1 - w) a + w c
+
+        def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
+            self._weight = 1 - self.decay ** max(trainer.global_step - self._latest_update_step, 1)
+            super().on_train_batch_end(trainer, *args)
+
+        def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                               checkpoint: dict[str, Any]) -> None:
+            # Testing the best checkpoint after fit: its state_dict, the averaged weights, is loaded
+            # already. Lightning's hook would load the trained weights over it.
+            if trainer.state.fn == "fit":
+                super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+    return WeightEMA()
