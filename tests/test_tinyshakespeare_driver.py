@@ -62,6 +62,14 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
     result(tmp_path / "level", "modern-cosine", 4.76423, 4.76418, scored_valid=4.76408)
     assert (": 4.76423 against the KN5's 4.76418: +0.001% (level with it; its best checkpoint scored again in fp32 "
             "by nplm-mix: 4.76408, -0.002%; missed); ") in run.tables(tmp_path / "level")
+    # the same row with another seed: the target is judged by the mean of the seeds
+    result(tmp_path / "level", "modern-d256-w8-dropout2-cosine10", 4.75, 4.76418)
+    result(tmp_path / "level", "modern-d256-w8-dropout2-cosine10-seed2", 4.78, 4.76418)
+    assert ("4.75000 against the KN5's 4.76418: -0.298% (its 2 seeds from 4.75000 to 4.78000, mean 4.76500, "
+            "+0.017%; missed by the mean of its 2 seeds); ") in run.tables(tmp_path / "level")
+    result(tmp_path / "level", "modern-d256-w8-dropout2-cosine10-seed2", 4.76, 4.76418)
+    assert ("4.750 against the KN5's 4.764: -0.3% (its 2 seeds from 4.750 to 4.760, mean 4.755, -0.2%; met by the "
+            "mean of its 2 seeds); ") in run.tables(tmp_path / "level")
 
 
 def test_the_readme_is_written_from_the_committed_results():
