@@ -19,7 +19,8 @@ with the step annealed to 0 along a cosine over 12 epochs instead of halved, tra
 `modern-d256-w8-dropout2-cosine10`, `modern-d256-w8-dropout2-wd3-cosine10` and
 `modern-d256-w8-dropout15-cosine10` (the dropout-0.2 row with its cosine over 10 epochs, that with weight
 decay 0.3, and with dropout 0.15), `modern-d256-w8-dropout2-cosine10-seed2` (the 10-epoch row with seed 2:
-how far the seed moves it), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs),
+how far the seed moves it), `modern-d256-w8-dropout2-cosine10-ema` (the 10-epoch row validated, checkpointed
+and scored on an exponential moving average of its weights, decay 0.9995 per step), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs),
 `modern-d256-w4-dropout2-cosine10` (the window of 4 with dropout 0.2 over 10 epochs), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
@@ -49,18 +50,21 @@ OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
 
 
 def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False,
-               epochs: int = 12, weight_decay: float = 0.1, seed: int | None = None) -> tuple:
+               epochs: int = 12, weight_decay: float = 0.1, seed: int | None = None, ema: float | None = None) -> tuple:
     """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
     `dropout`, AdamW with `weight_decay` and the step annealed to 0 along a cosine over `epochs` epochs,
     trained for those; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`; with `seed` in
-    place of conf/train.yaml's where given."""
+    place of conf/train.yaml's where given; validated on the weights' moving average with decay `ema`
+    (`callbacks.ema_decay`) where given."""
     overrides = ["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
                  f"model.dropout={dropout}", "optimizer=adamw", f"optimizer.weight_decay={weight_decay}",
                  "optimizer.cosine=true", f"trainer.max_epochs={epochs}",
-                 *(["trainer.precision=bf16-mixed"] if bf16 else []), *([f"seed={seed}"] if seed is not None else [])]
+                 *(["trainer.precision=bf16-mixed"] if bf16 else []), *([f"seed={seed}"] if seed is not None else []),
+                 *([f"callbacks.ema_decay={ema}"] if ema is not None else [])]
     text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay {weight_decay}), step annealed along a "
             f"cosine over {epochs} epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else "")
-            + (f", seed {seed}" if seed is not None else ""))
+            + (f", seed {seed}" if seed is not None else "")
+            + (f", validated on the weights' moving average (decay {ema})" if ema is not None else ""))
     return overrides, text, epochs
 
 
@@ -90,6 +94,7 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
     "modern-d256-w8-dropout2-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10),
     "modern-d256-w8-dropout2-cosine10-seed2": cosine_row(W8, W8_WHAT, 0.2, epochs=10, seed=2),
+    "modern-d256-w8-dropout2-cosine10-ema": cosine_row(W8, W8_WHAT, 0.2, epochs=10, ema=0.9995),
     "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10, weight_decay=0.3),
     "modern-d256-w8-dropout15-cosine10": cosine_row(W8, W8_WHAT, 0.15, epochs=10),
     "modern-d256-w8-dropout2-cosine8": cosine_row(W8, W8_WHAT, 0.2, epochs=8),
