@@ -21,7 +21,8 @@ with the step annealed to 0 along a cosine over 12 epochs instead of halved, tra
 decay 0.3, and with dropout 0.15), `modern-d256-w8-dropout2-cosine10-seed2` (the 10-epoch row with seed 2:
 how far the seed moves it), `modern-d256-w8-dropout2-cosine10-ema` (the 10-epoch row validated, checkpointed
 and scored on an exponential moving average of its weights, decay 0.9995 per step), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs),
-`modern-d256-w4-dropout2-cosine10` (the window of 4 with dropout 0.2 over 10 epochs), and
+`modern-d256-w4-dropout2-cosine10` (the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as
+the window-8 row's), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
@@ -100,6 +101,8 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-w8-dropout2-cosine8": cosine_row(W8, W8_WHAT, 0.2, epochs=8),
     "modern-d256-w4-cosine": cosine_row(W4, W4_WHAT, 0.3),
     "modern-d256-w4-dropout2-cosine10": cosine_row(W4, W4_WHAT, 0.2, epochs=10),
+    "modern-d256-w4-dropout2-cosine10-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=10, seed=2),
+    "modern-d256-w4-dropout2-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, ema=0.9995),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
     "modern-gpu-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=256", "model.window=8",
                                           "model.summaries=16"],
