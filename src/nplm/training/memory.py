@@ -4,8 +4,9 @@ The module is built on PyTorch's `meta` device (shapes only, no memory): its par
 callbacks.ema_decay: their moving average), the optimizer's state after one step (Adam: 2 moments per
 weight, SGD with momentum: 1, plain SGD: 0), the gradients, and the tensors one training batch
 (`data.batch_size`) and one evaluation batch (`data.eval_batch_size`) produce, counted as the meta
-forward pass makes them (the head's [B, V] scores where it has them). The sum is compared with the memory available now: on a CPU the kernel's
-MemAvailable (and a cgroup's limit), on a GPU the free memory of each device (`torch.cuda.mem_get_info`).
+forward pass makes them (the head's [B, V] scores where it has them). The sum is compared with the
+memory available now: on a CPU the kernel's MemAvailable (and a cgroup's limit), on a GPU the free
+memory of each device (`torch.cuda.mem_get_info`).
 Too much: one line naming the sizes, the largest weights and the keys that set them, e.g.
 
     nplm: error: model.embed_dim=100000 model.hidden_dim=100000: the run needs about 480 GB of memory ...
