@@ -230,10 +230,13 @@ def train_ppl_at_best(r: dict) -> float | None:
 SEED_SUFFIX = re.compile(r"-seed\d+$")  # a row trained again with another seed: <row>-seed<N>
 
 
-def seed_group(rows: dict[str, dict], row: str) -> list[dict]:
-    """The results of `row` and of the rows that train it again with other seeds (`<row>-seed<N>`)."""
+def seed_group(rows: dict[str, dict], row: str) -> tuple[list[dict], int]:
+    """The results of `row` and of the finished rows that train it again with other seeds
+    (`<row>-seed<N>`), and how many of those are still training (left out: not yet at their best)."""
     base = SEED_SUFFIX.sub("", row)
-    return [r for name, r in rows.items() if r and SEED_SUFFIX.sub("", name) == base]
+    siblings = {name: r for name, r in rows.items() if r and SEED_SUFFIX.sub("", name) == base}
+    return ([r for name, r in siblings.items() if name == row or r["converged"]],
+            sum(not r["converged"] for name, r in siblings.items() if name != row))
 
 
 def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
@@ -243,7 +246,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     if not modern:
         return ["- not measured (the row has not run)"]
     row, r = min(modern.items(), key=lambda item: item[1]["valid"])
-    kn5, seeds = r["kn5_valid"], [s["valid"] for s in seed_group(modern, row)]
+    group, unfinished = seed_group(modern, row)
+    kn5, seeds = r["kn5_valid"], [s["valid"] for s in group]
     mean = statistics.fmean(seeds)
     gap = math.log(r["valid"]) - NANOGPT_LOSS
     level = abs(r["valid"] / kn5 - 1) < TIE
@@ -255,6 +259,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     if len(seeds) > 1:
         notes.append(f"its {len(seeds)} seeds from {min(seeds):.{d}f} to {max(seeds):.{d}f}, mean {mean:.{d}f}, "
                      f"{pct(mean, kn5, p)}")
+    if unfinished:
+        notes.append(f"{unfinished} more seed{'s' * (unfinished > 1)} still training, left out")
     notes.append(("met" if mean < kn5 else "missed") + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else "")
                  + ("" if r["converged"] else "; the run has not reached early stopping yet"))
     versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
