@@ -3,8 +3,6 @@ the trained weights are the same as without it, and resume= goes on with both.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -16,10 +14,6 @@ from conftest import TOY_FAST
 
 def checkpoint(run) -> dict:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-
-
-def records(run) -> dict:
-    return json.loads((run / "metrics.json").read_text())
 
 
 def test_the_average_is_validated_and_checkpointed_while_the_training_weights_are_unchanged(run_train, tmp_path):
@@ -47,8 +41,7 @@ def test_the_test_scores_the_averaged_weights_of_the_best_checkpoint(run_train, 
     from nplm.cli.evaluate import evaluate
 
     metrics = run_train(*TOY_FAST, "callbacks.ema_decay=0.9")
-    best = records(tmp_path / "run")["best_checkpoint"]
-    result = evaluate(best, split="test", data_dir=str(tmp_path))  # load_model: the state_dict
+    result = evaluate(metrics["best_checkpoint"], split="test", data_dir=str(tmp_path))  # load_model: the state_dict
     assert result["ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-5)
 
 

@@ -19,10 +19,10 @@ with the step annealed to 0 along a cosine over 12 epochs instead of halved, tra
 `modern-d256-w8-dropout2-cosine10`, `modern-d256-w8-dropout2-wd3-cosine10` and
 `modern-d256-w8-dropout15-cosine10` (the dropout-0.2 row with its cosine over 10 epochs, that with weight
 decay 0.3, and with dropout 0.15), `modern-d256-w8-dropout2-cosine10-seed2` (the 10-epoch row with seed 2:
-how far the seed moves it), `modern-d256-w8-dropout2-cosine10-ema` (the 10-epoch row validated, checkpointed
-and scored on an exponential moving average of its weights, decay 0.9995 per step), `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs),
-`modern-d256-w4-dropout2-cosine10` (the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as
-the window-8 row's), and
+how far the seed moves it), `modern-d256-w8-dropout2-cosine10-ema` (the 10-epoch row validated,
+checkpointed and scored on an exponential moving average of its weights, decay 0.9995 per step),
+`modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs), `modern-d256-w4-dropout2-cosine10`
+(the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as the window-8 row's), and
 the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
