@@ -222,7 +222,6 @@ def test_bad_options_are_refused_by_the_keys_the_head_registered(name, options, 
     ("class_based", {"num_classes": 38}, "head.num_classes=38 must be an integer from 1 to the vocabulary size 37; "
                                          "e.g. head.num_classes=6 (about sqrt(V)), or null for that default"),
     ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=brown"),
-    ("adaptive", {"cutoffs": [5, 37]}, "head.cutoffs=[5, 37] has 37: each cutoff must be an integer from 1 to V-1=36"),
     ("adaptive", {"div_value": 8.0}, "head.div_value=8.0 leaves tail cluster 2 a 0-dimensional projection"),
 ])
 def test_options_this_vocabulary_cannot_take_are_one_line_user_errors(name, options, message):
@@ -236,6 +235,14 @@ def test_options_this_vocabulary_cannot_take_are_one_line_user_errors(name, opti
 def test_missing_counts_are_refused(name):
     with pytest.raises(UserError, match=f"head={name} needs training unigram counts for all 37 words, got None"):
         build_head({"name": name}, F, V, None)
+
+
+@pytest.mark.parametrize("cutoffs,kept", [([5, 37], [5]), ([5, 36, 40], [5, 36]), ([20000, 40000], [2, 9])])
+def test_adaptive_cutoffs_beyond_the_vocabulary_are_dropped(cutoffs, kept):
+    """A recipe's cutoffs fit any vocabulary: those >= V (a cluster of no words) are dropped, and
+    where none is left the default for V (37 words: [2, 9]) is taken."""
+    head = build_head({"name": "adaptive", "cutoffs": cutoffs}, F, V, COUNTS)
+    assert head.adaptive.cutoffs == kept + [V]
 
 
 @pytest.mark.parametrize("V_small", [2, 3, 4])

@@ -88,6 +88,15 @@ def test_modern_nplm_computes_its_equation():
     assert model.feature_dim == 6 and model.output_embeddings() is model.E.weight  # tied by default
 
 
+def test_modern_nplm_first_block_has_its_own_hidden_width():
+    """model.first_hidden_dim: the first block's FF_1 is [(w + g) d -> 7 -> d], the others keep hidden_dim."""
+    model = ModernNPLM(V, ModernConfig(context_size=7, window=3, summaries=2, embed_dim=6, hidden_dim=10,
+                                       first_hidden_dim=7, num_layers=3))
+    widths = [(b.ff[0].in_features, b.ff[0].out_features, b.ff[2].out_features) for b in model.blocks]
+    assert widths == [(30, 7, 6), (6, 10, 6), (6, 10, 6)]
+    assert model(torch.randint(0, V, (B, 7))).shape == (B, 6)
+
+
 def test_modern_nplm_ablations_drop_their_part():
     torch.manual_seed(0)
     cfg = ModernConfig(context_size=4, window=4, summaries=0, embed_dim=6, hidden_dim=10, num_layers=2,

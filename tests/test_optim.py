@@ -162,7 +162,46 @@ def test_cosine_anneals_the_step_to_zero_over_the_run():
     assert seen == pytest.approx([0.01, half, 0.005, 0.01 - half, 0.0, 0.0])
 
 
+def _lrs(options: dict, total_steps: int, steps: int) -> list[float]:
+    """The step size before the first update and after each of `steps` updates."""
+    got = build_optimizer(nn.Linear(3, 2), {"name": "adam", "lr": 0.01, **options}, total_steps=total_steps)
+    schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
+    seen = [opt.param_groups[0]["lr"]]
+    for _ in range(steps):
+        opt.step()
+        schedule.step()
+        seen.append(opt.param_groups[0]["lr"])
+    return seen
+
+
+def test_warmup_then_cosine_over_the_updates_left():
+    """W = 2 warm-up updates at lr (t + 1) / W, then the half cosine over the T - W = 4 updates left, to 0."""
+    half = 0.01 * (1 + math.cos(math.pi / 4)) / 2
+    assert _lrs({"warmup_steps": 2, "cosine": True}, total_steps=6, steps=7) == pytest.approx(
+        [0.005, 0.01, 0.01, half, 0.005, 0.01 - half, 0.0, 0.0])
+
+
+def test_warmup_then_the_inverse_time_decay_or_a_constant_step():
+    assert _lrs({"warmup_steps": 4}, total_steps=100, steps=5) == pytest.approx(
+        [0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01])
+    assert _lrs({"warmup_steps": 1, "lr_decay": 0.5}, total_steps=100, steps=3) == pytest.approx(
+        [0.01, 0.01, 0.01 / 1.5, 0.01 / 2])
+
+
+def test_a_warmup_schedule_saves_as_plain_data():
+    """LambdaLR keeps the schedule object's attributes in the checkpoint, read back with weights_only."""
+    import io
+    got = build_optimizer(nn.Linear(3, 2), {"name": "adam", "lr": 0.01, "warmup_steps": 3, "cosine": True}, 10)
+    buffer = io.BytesIO()
+    torch.save(got["lr_scheduler"]["scheduler"].state_dict(), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True)["lr_lambdas"][0] == {"steps": 3, "cosine_steps": 7, "rate": 0.0}
+
+
 @pytest.mark.parametrize("options, message", [
+    ({"warmup_steps": -1}, "optimizer.warmup_steps=-1: must be an integer >= 0"),
+    ({"warmup_steps": 10, "plateau_factor": 0.5}, "optimizer.warmup_steps=10: must be 0 when optimizer.plateau_factor "
+     "< 1 (the plateau schedule works per epoch; warm-up per update)"),
     ({"plateau_factor": 0.0}, "optimizer.plateau_factor=0.0: must be a number in (0, 1]"),
     ({"plateau_factor": 1.5}, "optimizer.plateau_factor=1.5: must be a number in (0, 1]"),
     ({"plateau_factor": 0.5, "lr_decay": 1e-8},

@@ -148,6 +148,20 @@ def test_a_paper_recipe_trains_on_your_own_corpus(run_train, tmp_path, experimen
     assert metrics["test/ppl"] > 1
 
 
+def test_the_wikitext103_recipe_trains_on_a_small_corpus(run_train, tmp_path):
+    """Its cutoffs [20000, 40000, 200000] are beyond a 19-word vocabulary: dropped, the default taken;
+    warm-up, cosine over updates, the first block's width and clipping as the paper's (a smaller model)."""
+    overrides = ["experiment=sun2021/wikitext103", *text_files(tmp_path), "debug=fast", "trainer.limit_train_batches=2",
+                 "model.num_layers=2", "model.hidden_dim=32", "model.first_hidden_dim=16", "model.embed_dim=8",
+                 "model.context_size=40",
+                 "data.batch_size=32", "data.eval_batch_size=256"]
+    cfg = compose_cfg(tmp_path, *overrides)
+    assert (cfg.optimizer.warmup_steps, cfg.optimizer.cosine, cfg.trainer.max_steps, cfg.trainer.gradient_clip_val) == (
+        4000, True, 200000, 0.25)
+    metrics = run_train(*overrides)
+    assert metrics["test/ppl"] > 1
+
+
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         raise SystemExit(__doc__)

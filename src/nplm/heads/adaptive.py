@@ -30,11 +30,14 @@ narrower ones: a tail target costs O(|cluster i| F). The n cluster rows of H sta
 
 `cutoffs: null` chooses [round(V/20), round(V/4)] (kept strictly increasing within [1, V-1]): the head
 holds the 5% most frequent words (most of the mass in a Zipfian vocabulary), the first cluster the next
-20%, the second the rest; V = 2 gets [1]. Works for any V >= 2.
+20%, the second the rest; V = 2 gets [1]. Works for any V >= 2. Cutoffs at or beyond V would give
+clusters with no words: they are dropped (a log line says so), so a recipe's cutoffs (WikiText-103's
+[20000, 40000, 200000]) fit any vocabulary; where none is left, the default for V is used.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import torch
@@ -45,6 +48,7 @@ from nplm.config.rules import Float, IntList
 from nplm.heads import register_head
 from nplm.heads.base import Head, tie_checked, wide, require_counts
 
+log = logging.getLogger(__name__)
 
 
 class TiedRows(nn.Module):
@@ -83,10 +87,9 @@ def check_options(cutoffs, div_value, feature_dim: int, vocab_size: int) -> list
         raise UserError(f"head=adaptive needs a vocabulary of at least 2 words, got {V}")
     if cutoffs is None:
         cutoffs = auto_cutoffs(V)
-    cutoffs = list(cutoffs)
-    if cutoffs[-1] > V - 1:
-        raise UserError(f"head.cutoffs={cutoffs} has {cutoffs[-1]}: each cutoff must be an integer from 1 to "
-                        f"V-1={V - 1}; e.g. head.cutoffs={auto_cutoffs(V)} or null")
+    given, cutoffs = list(cutoffs), [c for c in cutoffs if c < V] or auto_cutoffs(V)
+    if cutoffs != given:
+        log.info("head.cutoffs=%s: a vocabulary of %d words takes cutoffs below %d; using %s", given, V, V, cutoffs)
     for i in range(1, len(cutoffs) + 1):
         if int(feature_dim // (div_value**i)) < 1:
             raise UserError(f"head.div_value={div_value} leaves tail cluster {i} a 0-dimensional projection of the "

@@ -12,6 +12,7 @@ the local window of the last w words:
     h_1 = LN(sum(x's w + g vectors) + Dropout(FF_1(x)))           # [B, d] first block
     h_l = LN(h_{l-1} + Dropout(FF_l(h_{l-1}))) + sum_j s_j,   l = 2..L
     FF(x) = W_2 ReLU(W_1 x + b_1) + b_2                           # hidden width `hidden_dim`
+                                                                  # (FF_1: `first_hidden_dim`)
 
 and the features are h_L [B, d]. A [g, k-w] (`summaries` = g rows) are learned weighted averages of
 the distant vectors, each starting as the plain mean (the paper's "kernel" aggregation, its
@@ -24,7 +25,7 @@ paper's section 3); `summaries=0` with `context_size=window` is a deep NPLM over
 `tie_embeddings=true`: the head's output word vectors are E itself (the paper's tied adaptive
 softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce).
 The paper's WikiText-103 model (conf/experiment/sun2021/wikitext103.yaml): d = 410, 16 blocks,
-hidden 2100 (the first block's 1500), w = 15, k = 511, g = 5, dropout 0.2, the adaptive softmax with
+hidden 2100 (the first block's 1500: its --mid-dim), w = 15, k = 511, g = 5, dropout 0.2, the adaptive softmax with
 cutoffs 2e4, 4e4, 2e5 and full-width tails (div_val 1) tied to E.
 """
 
@@ -50,6 +51,8 @@ class ModernConfig:
     summaries: int = option(2, Int(0), "g, learned weighted averages of the k - w distant vectors (the paper: 5)")
     embed_dim: int = option(128, Int(1), "d, the word vectors, every block's width and the features")
     hidden_dim: int = option(512, Int(1), "the inner width of each block's feed-forward network")
+    first_hidden_dim: int | None = option(None, Int(1, nullable=True),
+                                          "the first block's own inner width (null: hidden_dim; the paper: 1500)")
     num_layers: int = option(4, Int(1), "L, the feed-forward blocks (the first reads the concatenation)")
     dropout: float = option(0.2, Float(ge=0, lt=1), "dropout on the input vectors and each block's output")
     residual: bool = option(True, Bool(), "residual sums around every block")
@@ -115,7 +118,7 @@ class ModernNPLM(Model):
         self.A = nn.Parameter(torch.full((g, k - w), 1.0 / max(k - w, 1))) if g else None  # [g, k - w]
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            [Block((w + g) * d, cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm)]
+            [Block((w + g) * d, cfg.first_hidden_dim or cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm)]
             + [Block(d, cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm) for _ in range(cfg.num_layers - 1)])
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:

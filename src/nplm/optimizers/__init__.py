@@ -5,7 +5,10 @@ eps_t = eps_0 / (1 + r t), t the number of parameter updates, and weight decay o
 word features C but not on the biases. The other schedules: the step multiplied by `plateau_factor`
 after an epoch with no better val/ppl, or (`cosine=true`) annealed along a half cosine,
 eps_t = eps_0 (1 + cos(pi t / T)) / 2 with T the run's updates (Loshchilov & Hutter 2017, SGDR,
-without restarts). `weight_decay` here is torch's: a gradient term wd * theta,
+without restarts). `warmup_steps` W > 0 puts a linear warm-up first, eps_t = eps_0 (t + 1) / W for
+t < W, and starts the step-based schedule after it: the cosine then runs over the T - W updates left
+and the inverse-time decay counts t - W (Sun & Iyyer 2021 train their WikiText-103 NPLM with 4,000
+warm-up steps, then a cosine to 0 over 200,000). `weight_decay` here is torch's: a gradient term wd * theta,
 i.e. the penalty (wd / 2) ||theta||^2.
 
 Each optimizer is a function `make(param_groups, lr=..., fused=..., **its keys) -> torch.optim.Optimizer`
@@ -21,7 +24,7 @@ import torch
 from torch import nn
 
 from nplm.config.registry import Registry
-from nplm.config.rules import Bool, Check, Float
+from nplm.config.rules import Bool, Check, Float, Int
 
 
 def _one_schedule(o: dict) -> str | None:
@@ -36,16 +39,24 @@ def _cosine_alone(o: dict) -> str | None:
     return None
 
 
+def _warmup_alone(o: dict) -> str | None:
+    if (o.get("warmup_steps") or 0) > 0 and (o.get("plateau_factor") or 1) < 1:
+        return "0 when optimizer.plateau_factor < 1 (the plateau schedule works per epoch; warm-up per update)"
+    return None
+
+
 OPTIMIZERS = Registry("optimizer", __name__, common={
     "lr": Float(gt=0, required=True, doc="eps_0, the step size"),
     "weight_decay": Float(ge=0, doc="on weights and C, never on biases"),
     "lr_decay": Float(ge=0, doc="r in eps_t = eps_0 / (1 + r t), t counted in updates"),
     "plateau_factor": Float(gt=0, le=1, doc="< 1: multiply the step by this after an epoch with no better val/ppl"),
     "cosine": Bool(doc="anneal the step from lr to 0 along a half cosine over the run's updates"),
+    "warmup_steps": Int(0, doc="W: raise the step linearly from lr/W to lr over the first W updates"),
     "fused": Bool(doc="one fused update kernel (CPU and CUDA)"),
-}, checks=(Check("plateau_factor", _one_schedule), Check("cosine", _cosine_alone)))
+}, checks=(Check("plateau_factor", _one_schedule), Check("cosine", _cosine_alone),
+                                 Check("warmup_steps", _warmup_alone)))
 register_optimizer = OPTIMIZERS.register
-SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "cosine", "weight_decay")  # applied here, not by the optimizer's function
+SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "cosine", "warmup_steps", "weight_decay")  # applied here, not by the optimizer's function
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -75,6 +86,22 @@ class CosineDecay:
         return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total_steps) / self.total_steps))
 
 
+class WarmUp:
+    """eps_t / eps_0 = (t + 1) / W for the first W updates, then the cosine over `cosine_steps` updates
+    (when > 0) or the inverse-time decay at `rate`, counted from the warm-up's end. Plain numbers only:
+    LambdaLR saves a schedule object's attributes in the checkpoint, which loads with weights_only."""
+
+    def __init__(self, steps: int, cosine_steps: int = 0, rate: float = 0.0):
+        self.steps, self.cosine_steps, self.rate = int(steps), int(cosine_steps), float(rate)
+
+    def __call__(self, step: int) -> float:
+        if step < self.steps:
+            return (step + 1) / self.steps
+        if self.cosine_steps:
+            return CosineDecay(self.cosine_steps)(step - self.steps)
+        return InverseTimeDecay(self.rate)(step - self.steps)
+
+
 def build_optimizer(module: nn.Module, cfg: dict, total_steps: int = 1):
     """Lightning's `configure_optimizers` return value for the `optimizer` config group `cfg` (checked
     against the schema; keys left out take the optimizer function's defaults). `total_steps`: the
@@ -82,18 +109,21 @@ def build_optimizer(module: nn.Module, cfg: dict, total_steps: int = 1):
     options = dict(cfg)
     make = OPTIMIZERS.get(options.pop("name"))
     lr_decay, plateau = options.pop("lr_decay", 0.0), options.pop("plateau_factor", 1.0)
-    cosine = options.pop("cosine", False)
+    cosine, warmup = options.pop("cosine", False), options.pop("warmup_steps", 0) or 0
     opt = make(param_groups(module, options.pop("weight_decay", 0.0)), **options)
-    if cosine:
-        schedule = torch.optim.lr_scheduler.LambdaLR(opt, CosineDecay(total_steps))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
     if plateau < 1:
         # patience 0: the step shrinks after the first epoch that does not improve on the best
         schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=plateau, patience=0)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "monitor": "val/ppl", "interval": "epoch"}}
-    if lr_decay == 0:
+    if warmup > 0:
+        factor = WarmUp(warmup, max(total_steps - warmup, 1) if cosine else 0, lr_decay)
+    elif cosine:
+        factor = CosineDecay(total_steps)
+    elif lr_decay > 0:
+        factor = InverseTimeDecay(lr_decay)
+    else:
         return opt
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, InverseTimeDecay(lr_decay))
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
