@@ -83,10 +83,14 @@ class Registry:
     def load(self) -> "Registry":
         """Import every module of the package (each registers its options); once."""
         if not self._loaded:
-            self._loaded = True
-            package = importlib.import_module(self.package)
-            for module in pkgutil.iter_modules(package.__path__):
-                importlib.import_module(f"{self.package}.{module.name}")
+            self._loaded = True  # first: a module that asks the registry while being imported finds it loading
+            try:
+                package = importlib.import_module(self.package)
+                for module in pkgutil.iter_modules(package.__path__):
+                    importlib.import_module(f"{self.package}.{module.name}")
+            except BaseException:
+                self._loaded = False  # the import's own error, not "no such option", now and next time
+                raise
         return self
 
     def options(self) -> dict[str, Option]:

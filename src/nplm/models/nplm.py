@@ -23,8 +23,27 @@ from nplm.fast.backprop import accumulate_grad
 from nplm.models import Model, register_model
 
 ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}
-# d act(z) / dz from the output a = act(z): 1 - a^2 and a (1 - a), as autograd computes them
-ACTIVATION_GRADS = {"tanh": torch.ops.aten.tanh_backward, "sigmoid": torch.ops.aten.sigmoid_backward}
+
+
+def _tanh_grad(grad: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    return grad * (1 - a * a)
+
+
+def _sigmoid_grad(grad: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    return grad * a * (1 - a)
+
+
+def aten_or(name: str, fallback):
+    """torch's own kernel `torch.ops.aten.<name>` (one fused kernel, what autograd runs; not a documented
+    API) where this torch has it, else `fallback`, the same arithmetic in public ops."""
+    try:
+        return getattr(torch.ops.aten, name)
+    except (AttributeError, RuntimeError):
+        return fallback
+
+
+# grad * d act(z) / dz from the output a = act(z): grad (1 - a^2) and grad a (1 - a), as autograd computes them
+ACTIVATION_GRADS = {"tanh": aten_or("tanh_backward", _tanh_grad), "sigmoid": aten_or("sigmoid_backward", _sigmoid_grad)}
 
 
 def _some_features(m: dict) -> str | None:

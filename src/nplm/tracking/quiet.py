@@ -32,13 +32,11 @@ KNOWN_WARNINGS = [  # (exact message start, as a regular expression; category)
 
 
 def quiet(verbose: bool = False) -> None:
-    """Silence the known messages above, or (`verbose=True`) undo that. Idempotent."""
-    patterns = {p for p, _ in KNOWN_WARNINGS}
-    warnings.filters[:] = [f for f in warnings.filters if not (f[1] is not None and f[1].pattern in patterns)]
-    warnings._filters_mutated()
-    if not verbose:
-        for pattern, category in KNOWN_WARNINGS:
-            warnings.filterwarnings("ignore", message=pattern, category=category)
+    """Silence the known messages above, or (`verbose=True`) show them again. Idempotent: each
+    `filterwarnings` call puts its entry first and drops an identical one further down; a "default"
+    entry (show once per place) put before an earlier "ignore" undoes it."""
+    for pattern, category in KNOWN_WARNINGS:
+        warnings.filterwarnings("default" if verbose else "ignore", message=pattern, category=category)
     for name in LIGHTNING_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     if not verbose:

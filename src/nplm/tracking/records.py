@@ -267,7 +267,7 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
             mode=mode, config=OmegaConf.to_container(cfg, resolve=True),
             settings=wandb.Settings(init_timeout=90, console="off"),
         )
-        logger._wandb_init.pop("anonymous", None)  # Lightning passes None, which W&B 0.2x warns about
+        drop_anonymous(logger)
         try:  # W&B starts here, not at the first log: a setting it refuses is one line, before training
             logger.experiment
         except (wandb.errors.UsageError, ValueError) as err:  # (ValueError: its settings' validation)
@@ -277,6 +277,15 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
                             "key it names, or use logger=csv") from None
         loggers.append(logger)
     return loggers
+
+
+def drop_anonymous(logger) -> None:
+    """Lightning's WandbLogger passes `anonymous=None` to `wandb.init`, which W&B >= 0.19 answers with a
+    one-line warning: taken out of the logger's init arguments where they are where Lightning 2.x keeps
+    them (`_wandb_init`, not a public API); elsewhere the warning shows."""
+    init = getattr(logger, "_wandb_init", None)
+    if isinstance(init, dict):
+        init.pop("anonymous", None)
 
 
 def _continue_csv(logger, resume_from: Path | None) -> None:

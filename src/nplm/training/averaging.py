@@ -44,14 +44,28 @@ def ema_callback(decay: float) -> pl.Callback:
             super().__init__(use_buffers=False, multi_avg_fn=self._follow)
             self.decay = decay
             self._weight = 1 - decay  # 1 - decay^k, for the k optimizer steps since the last update
+            self._updated_at = 0  # trainer.global_step at the last update; saved with the callback's state
 
         def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor) -> None:
             for a, c in zip(averaged, current):
                 a.lerp_(c, self._weight)  # a + w (c - a) = (1 - w) a + w c
 
-        def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
-            self._weight = 1 - self.decay ** max(trainer.global_step - self._latest_update_step, 1)
-            super().on_train_batch_end(trainer, *args)
+        def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
+            """After optimizer steps (`step_idx`: the last one's zero-based index), never at an epoch's
+            end; sets the weight for the k steps since the last update."""
+            if step_idx is None:
+                return False
+            self._weight = 1 - self.decay ** max(step_idx + 1 - self._updated_at, 1)
+            self._updated_at = step_idx + 1
+            return True
+
+        def state_dict(self) -> dict[str, Any]:
+            return {**super().state_dict(), "updated_at": self._updated_at}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            super().load_state_dict(state_dict)
+            # a checkpoint of an earlier nplm has only Lightning's own count, the same number
+            self._updated_at = state_dict.get("updated_at", state_dict.get("latest_update_step", 0))
 
         def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                checkpoint: dict[str, Any]) -> None:

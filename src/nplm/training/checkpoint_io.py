@@ -10,10 +10,10 @@ full disk (or a folder that became read-only) leaves it too and stops the run wi
 from __future__ import annotations
 
 import io
+import os
 from typing import IO, Any
 
 import torch
-from lightning_fabric.utilities.types import _PATH
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from nplm.errors import WriteError
@@ -31,7 +31,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """`torch.save` into memory, then one atomic write of the bytes (as Lightning's own `_atomic_save`
     does for remote file systems), so a failure is always an `OSError` of the write."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
         buffer = io.BytesIO()
