@@ -67,6 +67,7 @@ SUN2021 = {
     "sun2021-window16": (["model.window=16"], "window of 16 (16 averaged)"),
     "sun2021-no-distant": (["model.summaries=0", "model.context_size=8"], "no distant context: the window of 8 alone"),
     "sun2021-untied": (["model.tie_embeddings=false"], "output vectors apart from the input table"),
+    "sun2021-ema": (["callbacks.ema_decay=0.9995"], "validated and tested on the weights' moving average (decay 0.9995)"),
 }
 SUN2021_PATIENCE, SUN2021_MAX_EPOCHS = 2, 40  # as conf/experiment/sun2021/brown.yaml
 SUN2021_GAIN = 0.05  # issue 27: the modern NPLM at least 5% below the best network of the table on test
