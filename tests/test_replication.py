@@ -261,15 +261,47 @@ def test_the_machine_line_names_the_gpu_where_the_run_had_one():
     assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch threads"
 
 
-def test_a_run_record_names_the_commit_given_by_nplm_git_commit(monkeypatch):
-    """A copy of the code sent to another machine may carry a stale .git: NPLM_GIT_COMMIT, where set, wins."""
-    from nplm.tracking.records import git_commit
+def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tmp_path):
+    """A new heads/x.py changes what runs (the registries import every module): untracked code counts;
+    result files that drivers write do not."""
+    import subprocess
+    from nplm.tracking.records import checkout_state
 
-    monkeypatch.delenv("NPLM_GIT_COMMIT", raising=False)
-    here = git_commit()
-    assert here is None or len(here.removesuffix("-dirty")) == 40
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    head, dirty = checkout_state(tmp_path / "src")
+    assert len(head) == 40 and not dirty
+    (tmp_path / "experiments" / "e" / "results").mkdir(parents=True)
+    (tmp_path / "experiments" / "e" / "results" / "row.json").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("not code\n")
+    assert checkout_state(tmp_path) == (head, False)
+    (tmp_path / "src" / "x.py").write_text("y = 2\n")  # untracked code
+    assert checkout_state(tmp_path) == (head, True)
+    (tmp_path / "src" / "x.py").unlink()
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")  # a tracked change
+    assert checkout_state(tmp_path) == (head, True)
+    assert checkout_state(tmp_path.parent / "nowhere") is None
+
+
+def test_nplm_git_commit_names_the_commit_only_where_the_code_has_no_checkout(monkeypatch):
+    """A copy of the code sent to a machine without its .git names its commit through NPLM_GIT_COMMIT;
+    a checkout's own state wins over it, so no run can name a commit it was not trained at."""
+    from nplm.tracking import records
+
     monkeypatch.setenv("NPLM_GIT_COMMIT", "99258f8657a098b7f219d031eaf55df4ba21501c")
-    assert git_commit() == "99258f8657a098b7f219d031eaf55df4ba21501c"
+    monkeypatch.setattr(records, "checkout_state", lambda where: ("a" * 40, True))
+    assert records.git_commit() == "a" * 40 + "-dirty"
+    monkeypatch.setattr(records, "checkout_state", lambda where: None)
+    assert records.git_commit() == "99258f8657a098b7f219d031eaf55df4ba21501c"
+    monkeypatch.delenv("NPLM_GIT_COMMIT")
+    assert records.git_commit() is None
 
 
 def test_report_keeps_the_whole_command_but_the_programs_folder():

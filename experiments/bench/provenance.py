@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-
-CODE = [":(top)src", ":(top)conf", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
+from nplm.tracking.records import checkout_state
 
 
 def commit() -> str:
-    """The checkout's short commit, `+dirty` when tracked code differs from it (the package, configs and
-    scripts; not the result files and tables that benchmarks write, often several in one session)."""
-    here = Path(__file__).parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE],
-                               capture_output=True, text=True, cwd=here).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+    """The checkout's short commit, `+dirty` when its code differs from it (`nplm.tracking.records.
+    checkout_state`: the package, configs and scripts, untracked ones too; not the result files and
+    tables that benchmarks write, often several in one session)."""
+    state = checkout_state(Path(__file__).parent)
+    if state is None:
         return "unknown"
+    sha, dirty = state
+    return sha[:7] + ("+dirty" if dirty else "")
 
 
 def machine() -> str:

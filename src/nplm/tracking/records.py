@@ -43,20 +43,34 @@ HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", 
 TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/epoch_time_s", "train/lr"]
 
 
-def git_commit() -> str | None:
-    """The environment's NPLM_GIT_COMMIT where set (a copy of the code sent to another machine, whose .git,
-    if it has one, may be stale); else HEAD of the repository nplm is installed from, with "-dirty" for
-    uncommitted changes; None outside a git checkout."""
-    if named := os.environ.get("NPLM_GIT_COMMIT"):
-        return named
-    here = Path(__file__).resolve().parent
+# What makes a checkout's runs differ from its commit: the package, its configs and the scripts that train
+# and report (the result files and tables they write are not code). Untracked files count: the registries
+# import every module of their folder, so a new heads/x.py changes what runs.
+CODE_PATHS = [":(top)src", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
+
+
+def checkout_state(where: Path) -> tuple[str, bool] | None:
+    """(HEAD's commit, whether the code differs from it: changed, staged or untracked and not ignored) of
+    the git checkout holding `where`; None outside one (or without git)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS],
+                                 cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
+    return head, bool(changed)
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout nplm runs from, with "-dirty" where its code differs from it
+    (`checkout_state`); outside a checkout, the environment's NPLM_GIT_COMMIT (a copy of the code sent to
+    a machine without its .git says where it came from), else None. Inside one, NPLM_GIT_COMMIT is
+    ignored: the checkout itself says what runs."""
+    state = checkout_state(Path(__file__).resolve().parent)
+    if state is None:
+        return os.environ.get("NPLM_GIT_COMMIT") or None
+    head, dirty = state
     return head + ("-dirty" if dirty else "")
 
 
