@@ -144,10 +144,12 @@ def test_every_modern_nplm_row_composes_and_changes_one_part(tmp_path):
     run = bengio_driver()
     recipe = compose_cfg(tmp_path, "experiment=sun2021/brown").model
     assert (recipe.name, recipe.context_size, recipe.window, recipe.summaries, recipe.num_layers) == ("modern", 32, 8, 2, 4)
+    base = compose_cfg(tmp_path, "experiment=sun2021/brown")
     for row, (overrides, _) in run.SUN2021.items():
-        model = compose_cfg(tmp_path, "experiment=sun2021/brown", *overrides).model
-        changed = {k for k in recipe if model[k] != recipe[k]}
-        assert changed == {o.split("=")[0].split(".")[1] for o in overrides}, row
+        cfg = compose_cfg(tmp_path, "experiment=sun2021/brown", *overrides)
+        changed = {f"{group}.{k}" for group in ("model", "callbacks") for k in base[group]
+                   if cfg[group][k] != base[group][k]}
+        assert changed == {o.split("=")[0] for o in overrides}, row
 
 
 def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, monkeypatch):
