@@ -14,11 +14,25 @@ module has no biases by default (`head_bias=False`, and its tail layers have non
 et al.'s MLP1 (modern recipe, Brown) went from valid / test perplexity 336.8 / 312.0 to 334.2 / 308.4.
 
 Cost per training example: O((c_1 + n) F) for the head plus, for a target in cluster i,
-O(F d_i + d_i |cluster i|) with d_i = F // div_value^i (torch's module: the batch grouped by cluster, on
-a CPU). Grouping needs the batch's clusters on the host, so on an accelerator, under `torch.compile`
-and under autocast (torch's module mixes dtypes there)
-`nll` evaluates every cluster for every example and keeps each row's own (the same sums, static
-shapes, no host sync). `log_probs` is the exact full distribution.
+O(F d_i + d_i |cluster i|) with d_i = F // div_value^i. torch's module reaches it by grouping the batch by
+cluster on the host (data-dependent shapes; it mixes dtypes under autocast); `nll` and `loss` use it
+on a CPU in float32 eager. `loss`
+(training) elsewhere (an accelerator, `torch.compile`, autocast) takes the capacity path, with static
+shapes and no host sync: the rows sorted by cluster, tail cluster i scores a fixed C_i of them,
+C_i = ceil(B p_i + 4 sqrt(B p_i (1 - p_i))) + 8 (p_i: the cluster's share of the training tokens, a
+binomial count's mean plus 4 standard deviations) plus S = B // 256 + 8 spill rows, the first S rows of
+any cluster beyond its C_i, which every tail scores; the results are added back to their rows. Each row
+then costs the shortlist, its own cluster and the margins: at WikiText-103's shape (tied, B = 2048)
+1.24x the shortlist + own-cluster floor, against 6.5x for every cluster
+(experiments/bench/adaptive_flops.md). The loss is exact for every row within C_i + S; a row beyond
+both (a batch far from the training counts' mix) gets NaN, so the loss never changes silently, and
+is counted on the device (`dropped_rows`). `check_training`, which the training loop calls at each log
+line and epoch end (where it reads the device anyway), raises a one-line UserError for such rows and,
+at an epoch's end, grows each C_i by the most rows it overflowed in one batch (`overflow_peak`;
+`overflow_rows` counts them all). `nll` (evaluation: batches in text order, whose mix of clusters
+varies far more) scores every cluster for every row there (`_log_prob_static`: a full softmax's
+FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
+the three ("torch", "all", "capacity"), on a CPU too.
 
 Tied (`model.tie_embeddings=true`, the modern NPLM of Sun & Iyyer 2021): every word's output vector
 is the model's input word vector E[w] [F] (`tie_output_embeddings`), so the shortlist rows of H are
@@ -147,9 +161,10 @@ class AdaptiveHead(Head):
     def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The exact NLL [B], as `nll`; off the CPU's float32 eager path (or with `path = "capacity"`) each
         row pays for the shortlist and its own target's cluster only (`_log_prob_capacity`)."""
-        if self.path == "torch" or (self.path is None and self._torch_grouping(features)):
+        path = self.path or ("torch" if self._torch_grouping(features) else "capacity")
+        if path == "torch":
             return -self.adaptive(features, self.rank[target]).output  # [B]
-        if self.path == "all":
+        if path == "all":
             return -self._log_prob_static(features, self.rank[target])
         return -self._log_prob_capacity(features, self.rank[target])
 
@@ -159,13 +174,19 @@ class AdaptiveHead(Head):
         return (features.device.type == "cpu" and not torch.compiler.is_compiling()
                 and not torch.is_autocast_enabled("cpu"))
 
+    def _head_log_prob(self, features: torch.Tensor, rank: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log softmax(H f) [B] at each row's head entry (its word in the shortlist, else its cluster's
+        row), float32 under autocast, and the rows' clusters [B] (0: shortlist, i: tail cluster i)."""
+        a = self.adaptive
+        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n]
+        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B]
+        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
+        return head_lp.gather(1, column[:, None]).squeeze(1), cluster
+
     def _log_prob_static(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
         """log P(w | ctx) [B] for ranks `rank` [B], every tail cluster computed for every row."""
         a = self.adaptive
-        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n], float32 under autocast
-        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B] 0: shortlist, i: tail cluster i
-        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
-        out = head_lp.gather(1, column[:, None]).squeeze(1)  # [B]
+        out, cluster = self._head_log_prob(features, rank)  # [B], [B]
         for i, tail in enumerate(a.tail):
             lo, hi = a.cutoffs[i], a.cutoffs[i + 1]
             local = (rank - lo).clamp(0, hi - lo - 1)  # [B] rank within cluster i + 1
@@ -177,7 +198,7 @@ class AdaptiveHead(Head):
     def capacities(self, rows: int) -> list[int]:
         """Rows of a batch of `rows` that each tail cluster i scores: mu_i + 4 sd_i + 8 for a binomial
         count of mean mu_i = rows p_i (p_i: cluster i's share of the training tokens), plus what the
-        epochs so far overflowed (`end_training_epoch`), at most `rows`."""
+        epochs so far overflowed (`check_training`), at most `rows`."""
         caps = []
         for share, extra in zip(self.cluster_share, self.capacity_extra):
             mean = rows * share
@@ -197,10 +218,7 @@ class AdaptiveHead(Head):
         both gets NaN and is counted in `dropped_rows`. Rows over capacity add to `overflow_rows`."""
         a = self.adaptive
         B = features.shape[0]
-        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n], float32 under autocast
-        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B] 0: shortlist, i: tail cluster i
-        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
-        out = head_lp.gather(1, column[:, None]).squeeze(1)  # [B]
+        out, cluster = self._head_log_prob(features, rank)  # [B], [B]
         order = torch.argsort(cluster, stable=True)  # [B] rows grouped by cluster: sorted position -> row
         sizes = torch.zeros(len(a.tail) + 1, dtype=torch.long, device=rank.device).scatter_add_(
             0, cluster, torch.ones_like(cluster))  # [n + 1] rows per cluster
