@@ -13,6 +13,8 @@ from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.adaptive import AdaptiveHead
 
+from conftest import TOY_FAST
+
 V, F = 200, 16
 CUTOFFS = [20, 60, 150]
 COUNTS = [int(3000 / (r + 1)) for r in range(V)]  # Zipfian; word id = frequency rank
@@ -91,6 +93,17 @@ def test_rows_beyond_capacity_and_spill_get_nan_and_stop_training_with_one_line(
     torch.testing.assert_close(got[~torch.isnan(got)], exact[~torch.isnan(got)], rtol=0, atol=1e-10)
     with pytest.raises(UserError, match="^head=adaptive: 38 training rows were beyond their tail cluster's capacity"):
         head.check_training(epoch_end=True)
+
+
+def test_training_stops_with_the_heads_line_when_rows_were_left_unscored(run_train, monkeypatch):
+    """The training loop reads the head's counters at its log lines: capacities of 1 row and no spill
+    on the CPU (the capacity path forced) leave rows unscored, and the run stops with the head's line
+    rather than the NaN loss's advice on the learning rate."""
+    monkeypatch.setattr(AdaptiveHead, "_torch_grouping", staticmethod(lambda features: False))
+    monkeypatch.setattr(AdaptiveHead, "capacities", lambda self, rows: [1] * len(self.cluster_share))
+    monkeypatch.setattr(AdaptiveHead, "spill_rows", staticmethod(lambda rows: 0))
+    with pytest.raises(UserError, match=r"^head=adaptive: \d+ training rows were beyond their tail cluster's"):
+        run_train(*TOY_FAST, "trainer.max_epochs=1", "head=adaptive")
 
 
 @pytest.mark.parametrize("tied", [False, True])
