@@ -14,11 +14,25 @@ module has no biases by default (`head_bias=False`, and its tail layers have non
 et al.'s MLP1 (modern recipe, Brown) went from valid / test perplexity 336.8 / 312.0 to 334.2 / 308.4.
 
 Cost per training example: O((c_1 + n) F) for the head plus, for a target in cluster i,
-O(F d_i + d_i |cluster i|) with d_i = F // div_value^i (torch's module: the batch grouped by cluster, on
-a CPU). Grouping needs the batch's clusters on the host, so on an accelerator, under `torch.compile`
-and under autocast (torch's module mixes dtypes there)
-`nll` evaluates every cluster for every example and keeps each row's own (the same sums, static
-shapes, no host sync). `log_probs` is the exact full distribution.
+O(F d_i + d_i |cluster i|) with d_i = F // div_value^i. torch's module reaches it by grouping the batch by
+cluster on the host (data-dependent shapes; it mixes dtypes under autocast); `nll` and `loss` use it
+on a CPU in float32 eager. `loss`
+(training) elsewhere (an accelerator, `torch.compile`, autocast) takes the capacity path, with static
+shapes and no host sync: the rows sorted by cluster, tail cluster i scores a fixed C_i of them,
+C_i = ceil(B p_i + 4 sqrt(B p_i (1 - p_i))) + 8 (p_i: the cluster's share of the training tokens, a
+binomial count's mean plus 4 standard deviations) plus S = B // 256 + 8 spill rows, the first S rows of
+any cluster beyond its C_i, which every tail scores; the results are added back to their rows. Each row
+then costs the shortlist, its own cluster and the margins: at WikiText-103's shape (tied, B = 2048)
+1.24x the shortlist + own-cluster floor, against 6.5x for every cluster
+(experiments/bench/adaptive_flops.md). The loss is exact for every row within C_i + S; a row beyond
+both (a batch far from the training counts' mix) gets NaN, so the loss never changes silently, and
+is counted on the device (`dropped_rows`). `check_training`, which the training loop calls at each log
+line and epoch end (where it reads the device anyway), raises a one-line UserError for such rows and,
+at an epoch's end, grows each C_i by the most rows it overflowed in one batch (`overflow_peak`;
+`overflow_rows` counts them all). `nll` (evaluation: batches in text order, whose mix of clusters
+varies far more) scores every cluster for every row there (`_log_prob_static`: a full softmax's
+FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
+the three ("torch", "all", "capacity"), on a CPU too.
 
 Tied (`model.tie_embeddings=true`, the modern NPLM of Sun & Iyyer 2021): every word's output vector
 is the model's input word vector E[w] [F] (`tie_output_embeddings`), so the shortlist rows of H are
@@ -38,6 +52,7 @@ clusters with no words: they are dropped (a log line says so), so a recipe's cut
 from __future__ import annotations
 
 import logging
+import math
 from typing import Sequence
 
 import torch
@@ -114,6 +129,17 @@ class AdaptiveHead(Head):
         for _, words in self.adaptive.tail:  # (P_i, T_i): give T_i a bias, one per word of the cluster
             words.bias = nn.Parameter(torch.zeros(words.out_features))
         self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
+        # the capacity path (`loss`): None picks torch's grouping on a CPU in float32 eager, else "capacity";
+        # "torch" | "all" (`_log_prob_static`) | "capacity" force one
+        self.path: str | None = None
+        total, bounds = max(sum(counts), 1), [*cutoffs, vocab_size]
+        ranked = sorted(counts, reverse=True)
+        self.cluster_share = [sum(ranked[lo:hi]) / total for lo, hi in zip(bounds, bounds[1:])]  # p_i, i = 1..n
+        self.capacity_extra = [0] * len(cutoffs)  # rows added to each cluster's capacity by past overflows
+        n = len(cutoffs)
+        self.register_buffer("overflow_rows", torch.zeros(n, dtype=torch.long), persistent=False)  # [n] over C_i
+        self.register_buffer("overflow_peak", torch.zeros(n, dtype=torch.long), persistent=False)  # [n] most in a batch
+        self.register_buffer("dropped_rows", torch.zeros((), dtype=torch.long), persistent=False)  # beyond the spill
 
     can_tie = True  # every word has an output vector: a row of H (shortlist) or of its cluster's T_i
 
@@ -131,23 +157,114 @@ class AdaptiveHead(Head):
             a.tail[i] = nn.Sequential(nn.Identity(), TiedRows(weight, order[c[i]:c[i + 1]], None, a.tail[i][1].bias))
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if features.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.is_autocast_enabled("cpu"):
+        if self._torch_grouping(features):
             return -self.adaptive(features, self.rank[target]).output  # [B]
         return -self._log_prob_static(features, self.rank[target])
+
+    def loss(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The exact NLL [B], as `nll`; off the CPU's float32 eager path (or with `path = "capacity"`) each
+        row pays for the shortlist and its own target's cluster only (`_log_prob_capacity`)."""
+        path = self.path or ("torch" if self._torch_grouping(features) else "capacity")
+        if path == "torch":
+            return -self.adaptive(features, self.rank[target]).output  # [B]
+        if path == "all":
+            return -self._log_prob_static(features, self.rank[target])
+        return -self._log_prob_capacity(features, self.rank[target])
+
+    @staticmethod
+    def _torch_grouping(features: torch.Tensor) -> bool:
+        """torch's module, which groups the batch on the host: a CPU in float32 eager only."""
+        return (features.device.type == "cpu" and not torch.compiler.is_compiling()
+                and not torch.is_autocast_enabled("cpu"))
+
+    def _head_log_prob(self, features: torch.Tensor, rank: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log softmax(H f) [B] at each row's head entry (its word in the shortlist, else its cluster's
+        row), float32 under autocast, and the rows' clusters [B] (0: shortlist, i: tail cluster i)."""
+        a = self.adaptive
+        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n]
+        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B]
+        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
+        return head_lp.gather(1, column[:, None]).squeeze(1), cluster
 
     def _log_prob_static(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
         """log P(w | ctx) [B] for ranks `rank` [B], every tail cluster computed for every row."""
         a = self.adaptive
-        head_lp = torch.log_softmax(wide(a.head(features)), dim=-1)  # [B, c_1 + n], float32 under autocast
-        cluster = torch.bucketize(rank, self.cutoffs, right=True)  # [B] 0: shortlist, i: tail cluster i
-        column = torch.where(cluster == 0, rank, a.shortlist_size + cluster - 1)  # [B] the head's entry
-        out = head_lp.gather(1, column[:, None]).squeeze(1)  # [B]
+        out, cluster = self._head_log_prob(features, rank)  # [B], [B]
         for i, tail in enumerate(a.tail):
             lo, hi = a.cutoffs[i], a.cutoffs[i + 1]
             local = (rank - lo).clamp(0, hi - lo - 1)  # [B] rank within cluster i + 1
             tail_lp = torch.log_softmax(wide(tail(features)), dim=-1).gather(1, local[:, None]).squeeze(1)  # [B]
             out = out + torch.where(cluster == i + 1, tail_lp, torch.zeros_like(tail_lp))
         return out
+
+    # -- the capacity path ---------------------------------------------------------------
+    def capacities(self, rows: int) -> list[int]:
+        """Rows of a batch of `rows` that each tail cluster i scores: mu_i + 4 sd_i + 8 for a binomial
+        count of mean mu_i = rows p_i (p_i: cluster i's share of the training tokens), plus what the
+        epochs so far overflowed (`check_training`), at most `rows`."""
+        caps = []
+        for share, extra in zip(self.cluster_share, self.capacity_extra):
+            mean = rows * share
+            caps.append(min(rows, math.ceil(mean + 4 * math.sqrt(mean * (1 - share))) + 8 + extra))
+        return caps
+
+    @staticmethod
+    def spill_rows(rows: int) -> int:
+        """Rows over their cluster's capacity that a batch of `rows` still scores exactly, against every
+        tail cluster."""
+        return min(rows, rows // 256 + 8)
+
+    def _log_prob_capacity(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """log P(w | ctx) [B] for ranks `rank` [B] with static shapes and no host sync: the rows sorted by
+        cluster; tail cluster i scores the first C_i (`capacities`) of its rows plus the S spill rows
+        (`spill_rows`: the first S rows, in sorted order, beyond their cluster's capacity); a row beyond
+        both gets NaN and is counted in `dropped_rows`. Rows over capacity add to `overflow_rows`."""
+        a = self.adaptive
+        B = features.shape[0]
+        out, cluster = self._head_log_prob(features, rank)  # [B], [B]
+        order = torch.argsort(cluster, stable=True)  # [B] rows grouped by cluster: sorted position -> row
+        sizes = torch.zeros(len(a.tail) + 1, dtype=torch.long, device=rank.device).scatter_add_(
+            0, cluster, torch.ones_like(cluster))  # [n + 1] rows per cluster
+        starts = sizes.cumsum(0) - sizes  # [n + 1] each cluster's first sorted position
+        sorted_cluster = cluster[order]  # [B]
+        position = torch.arange(B, device=rank.device)  # [B]
+        within = position - starts[sorted_cluster]  # [B] a sorted row's place in its cluster
+        caps, S = self.capacities(B), self.spill_rows(B)
+        over = torch.zeros_like(within, dtype=torch.bool)  # [B] sorted rows beyond their cluster's capacity
+        for i, cap in enumerate(caps):
+            over = over | ((sorted_cluster == i + 1) & (within >= cap))
+        spill_place = over.long().cumsum(0) - 1  # [B] place among the overflow rows
+        slot = torch.where(over & (spill_place < S), spill_place, S)  # [B] spill slot; S: none
+        spill_row = torch.zeros(S + 1, dtype=torch.long, device=rank.device).scatter(0, slot, order)[:S]  # [S]
+        spill_used = torch.arange(S, device=rank.device) < over.sum()  # [S]
+        for i, (tail, cap) in enumerate(zip(a.tail, caps)):
+            lo, hi = a.cutoffs[i], a.cutoffs[i + 1]
+            place = torch.arange(cap, device=rank.device)  # [C_i]
+            row = torch.cat([order[(starts[i + 1] + place).clamp(max=B - 1)], spill_row])  # [C_i + S]
+            mine = torch.cat([place < sizes[i + 1], spill_used & (cluster[spill_row] == i + 1)])  # [C_i + S]
+            local = (rank[row] - lo).clamp(0, hi - lo - 1)  # [C_i + S] rank within the cluster
+            scores = wide(tail(features.index_select(0, row)))  # [C_i + S, |cluster i|]
+            tail_lp = torch.log_softmax(scores, dim=-1).gather(1, local[:, None]).squeeze(1)  # [C_i + S]
+            out = out.index_add(0, row, torch.where(mine, tail_lp, torch.zeros_like(tail_lp)))
+        dropped = torch.zeros_like(over).scatter(0, order, over & (spill_place >= S))  # [B] rows left unscored
+        with torch.no_grad():  # device-side counters, read by `check_training` where the loop syncs anyway
+            excess = torch.stack([(sizes[i + 1] - cap).clamp(min=0) for i, cap in enumerate(caps)])  # [n]
+            self.overflow_rows += excess
+            self.overflow_peak.copy_(torch.maximum(self.overflow_peak, excess))
+            self.dropped_rows += dropped.sum()
+        return torch.where(dropped, torch.full_like(out, math.nan), out)
+
+    def check_training(self, epoch_end: bool) -> None:
+        """A UserError when training rows were beyond their cluster's capacity and the spill (their loss was
+        NaN); at an epoch's end each cluster's capacity grows by the most rows it overflowed in one batch."""
+        dropped = int(self.dropped_rows)
+        if dropped:
+            raise UserError(f"head=adaptive: {dropped} training rows were beyond their tail cluster's capacity and "
+                            f"the spill rows (loss NaN); their batches' targets do not follow the training counts "
+                            f"(shuffle the training batches)")
+        if epoch_end:
+            self.capacity_extra = [e + p for e, p in zip(self.capacity_extra, self.overflow_peak.tolist())]
+            self.overflow_peak.zero_()
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return self.adaptive.log_prob(features).index_select(1, self.rank)  # [B, V] rank order -> word-id order

@@ -102,6 +102,11 @@ class Head(nn.Module):
         table (Mnih & Hinton 2007's LBL, Press & Wolf 2017). Heads with `can_tie = True` implement it."""
         raise NotImplementedError
 
+    def check_training(self, epoch_end: bool) -> None:
+        """Called where the training loop reads the device anyway (each log line, and `epoch_end`): a head
+        with device-side counters reads them here, raises a UserError when they show that its training
+        loss went wrong, and may adapt at an epoch's end. Default: nothing to check."""
+
     def can_backprop_by_hand(self) -> bool:
         """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.fast.backprop)."""
         return False

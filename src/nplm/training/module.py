@@ -240,6 +240,8 @@ class LanguageModel(pl.LightningModule):
         Inside the epoch the value goes to the loggers themselves, at the last optimizer step's place on
         their axis: `self.log` would leave it in Lightning's step results, which Lightning writes again
         at every later step it flushes (each step of several batches) until a new value comes."""
+        with self._sync_mode("default"):
+            self.head.check_training(epoch_end)  # before the loss's check: a head's counters say why first
         if self._window_steps == 0:
             return
         mean = (self._window_loss / self._window_tokens).float()

@@ -1,0 +1,199 @@
+"""The adaptive head's capacity path (`AdaptiveHead.loss` off the CPU's float32 eager path): each row pays
+for the shortlist and its own target's cluster, with static shapes and no host sync, and its loss is
+torch's `AdaptiveLogSoftmaxWithLoss` output exactly, also for rows over a cluster's capacity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from nplm.errors import UserError
+from nplm.heads import build_head
+from nplm.heads.adaptive import AdaptiveHead
+
+from conftest import TOY_FAST
+
+V, F = 200, 16
+CUTOFFS = [20, 60, 150]
+COUNTS = [int(3000 / (r + 1)) for r in range(V)]  # Zipfian; word id = frequency rank
+
+
+def make(tied: bool) -> AdaptiveHead:
+    torch.manual_seed(0)
+    head = build_head({"name": "adaptive", "cutoffs": CUTOFFS, "div_value": 2.0}, F, V, COUNTS)
+    if tied:
+        head.tie_output_embeddings(nn.Parameter(torch.randn(V, F) / 4))
+    head.path = "capacity"
+    return head.double()
+
+
+def cluster_of(target: torch.Tensor) -> torch.Tensor:
+    return torch.bucketize(target, torch.tensor(CUTOFFS), right=True)  # [B] 0: shortlist, i: tail cluster i
+
+
+def with_cluster_3_over(rows: int) -> torch.Tensor:
+    """24 targets in cluster 3 (over its capacity 18 at 64 rows; 8 spill rows), the rest spread over the
+    shortlist and clusters 1 and 2 within their capacities."""
+    return torch.cat([torch.arange(150, 174), torch.arange(0, 3 * (rows - 24), 3)])
+
+
+def zipf_targets(rows: int, seed: int = 1) -> torch.Tensor:
+    return torch.multinomial(torch.tensor(COUNTS, dtype=torch.float64), rows, replacement=True,
+                             generator=torch.Generator().manual_seed(seed))
+
+
+def features(rows: int, seed: int = 2) -> torch.Tensor:
+    return torch.randn(rows, F, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def torch_nll(head: AdaptiveHead, f: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return -head.adaptive(f, head.rank[target]).output  # [B] torch's module, the batch grouped on the host
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_zipfian_batch_fits_the_capacities_and_equals_torchs_module(tied):
+    head = make(tied)
+    target = zipf_targets(256)
+    sizes = torch.bincount(cluster_of(target), minlength=4)[1:].tolist()
+    assert all(s > 0 for s in sizes) and all(s <= c for s, c in zip(sizes, head.capacities(256)))
+    f = features(256)
+    torch.testing.assert_close(head.loss(f, target), torch_nll(head, f, target), rtol=0, atol=1e-10)
+    assert head.overflow_rows.tolist() == [0, 0, 0] and head.dropped_rows.item() == 0
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_rows_over_a_capacity_are_scored_exactly_by_the_spill_and_counted(tied):
+    """64 rows: cluster 3 (p = 0.048) has capacity ceil(3.05 + 4 * 1.70) + 8 = 18, the spill 8 rows; 24
+    targets in cluster 3 overflow it by 6, all scored by the spill."""
+    head = make(tied)
+    assert head.capacities(64)[2] == 18 and head.spill_rows(64) == 8
+    target = with_cluster_3_over(64)[torch.randperm(64, generator=torch.Generator().manual_seed(0))]
+    f = features(64)
+    torch.testing.assert_close(head.loss(f, target), torch_nll(head, f, target), rtol=0, atol=1e-10)
+    assert head.overflow_rows.tolist() == [0, 0, 6] and head.overflow_peak.tolist() == [0, 0, 6]
+    assert head.dropped_rows.item() == 0
+    head.check_training(epoch_end=False)
+    assert head.capacities(64)[2] == 18
+    head.check_training(epoch_end=True)  # the epoch's worst batch fits from now on
+    assert head.capacities(64)[2] == 24 and head.overflow_peak.tolist() == [0, 0, 0]
+    head.loss(f, target)
+    assert head.overflow_rows.tolist() == [0, 0, 6]
+
+
+def test_rows_beyond_capacity_and_spill_get_nan_and_stop_training_with_one_line():
+    """64 targets all in cluster 3: 18 by capacity, 8 by the spill, the other 38 NaN (the loss never
+    changes silently); the rows that were scored are exact; `check_training` names the count."""
+    head = make(tied=False)
+    target = 150 + torch.arange(64) % 50
+    f = features(64)
+    got, exact = head.loss(f, target), torch_nll(head, f, target)
+    assert torch.isnan(got).sum().item() == 38 and head.dropped_rows.item() == 38
+    torch.testing.assert_close(got[~torch.isnan(got)], exact[~torch.isnan(got)], rtol=0, atol=1e-10)
+    with pytest.raises(UserError, match="^head=adaptive: 38 training rows were beyond their tail cluster's capacity"):
+        head.check_training(epoch_end=True)
+
+
+def test_training_stops_with_the_heads_line_when_rows_were_left_unscored(run_train, monkeypatch):
+    """The training loop reads the head's counters at its log lines: capacities of 1 row and no spill
+    on the CPU (the capacity path forced) leave rows unscored, and the run stops with the head's line
+    rather than the NaN loss's advice on the learning rate."""
+    monkeypatch.setattr(AdaptiveHead, "_torch_grouping", staticmethod(lambda features: False))
+    monkeypatch.setattr(AdaptiveHead, "capacities", lambda self, rows: [1] * len(self.cluster_share))
+    monkeypatch.setattr(AdaptiveHead, "spill_rows", staticmethod(lambda rows: 0))
+    with pytest.raises(UserError, match=r"^head=adaptive: \d+ training rows were beyond their tail cluster's"):
+        run_train(*TOY_FAST, "trainer.max_epochs=1", "head=adaptive")
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_gradients_equal_the_all_clusters_path(tied):
+    head = make(tied)
+    target = with_cluster_3_over(64)  # the spill too
+    params = [p for p in head.parameters() if p.requires_grad]
+    grads = {}
+    for path in ("all", "capacity"):
+        head.path = path
+        f = features(64).requires_grad_()
+        weight = torch.linspace(0.5, 1.5, 64, dtype=torch.float64)  # a weighted sum: each row's gradient counts
+        grads[path] = torch.autograd.grad((head.loss(f, target) * weight).sum(), [f, *params])
+    for a, b in zip(grads["capacity"], grads["all"]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_fullgraph_compile_has_no_host_sync_and_equals_eager(tied):
+    """fullgraph=True fails on a graph break: `.item()`, `nonzero()`, a boolean mask or any data-dependent
+    size in the path would be one. Two batch sizes (the epoch's last batch is smaller); the counters
+    update inside the graph."""
+    torch._dynamo.reset()
+    head = make(tied)
+    loss = torch.compile(head.loss, fullgraph=True, backend="aot_eager")
+    for rows, extra in ((64, 6), (48, 0)):
+        target = with_cluster_3_over(rows) if extra else zipf_targets(rows)
+        f = features(rows).requires_grad_()
+        before = head.overflow_rows.clone()
+        got = loss(f, target)
+        torch.testing.assert_close(got, torch_nll(head, f, target), rtol=0, atol=1e-10)
+        assert (head.overflow_rows - before).sum().item() >= extra
+        (g,) = torch.autograd.grad(got.sum(), f)
+        (h,) = torch.autograd.grad(torch_nll(head, f, target).sum(), f)
+        torch.testing.assert_close(g, h)
+    torch._dynamo.reset()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's sync debug mode needs a GPU")
+def test_no_host_sync_on_cuda():
+    head = make(tied=True).float().cuda()
+    target, f = zipf_targets(512).cuda(), features(512).float().cuda().requires_grad_()
+    head.loss(f, target)  # first call: kernels load
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        head.loss(f, target).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(head.loss(f, target), torch_nll(head.cpu(), f.detach().cpu(), target.cpu()))
+
+
+def test_bf16_autocast_gives_float32_log_probs_near_the_exact_ones():
+    head = make(tied=False).float()
+    target, f = zipf_targets(128), features(128).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = head.loss(f, target)
+    assert low.dtype == torch.float32
+    assert (low - torch_nll(head, f, target)).abs().max().item() < 0.1
+
+
+WT103_V, WT103_F, WT103_CUTOFFS, WT103_ROWS = 267_735, 410, [20_000, 40_000, 200_000], 2048
+
+
+def training_flops(head: AdaptiveHead, target: torch.Tensor) -> int:
+    f = torch.empty(len(target), head.adaptive.in_features, device="meta", requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        head.loss(f, target.to("meta")).sum().backward()
+    return counter.get_total_flops()
+
+
+def test_training_flops_at_wikitext103_shape_are_near_the_shortlist_plus_own_cluster():
+    """Tied, div_value 1, 2,048 Zipfian targets, on meta tensors (the capacity path's shapes, hence its
+    FLOPs, do not depend on the values). The floor: per row 2 F (c_1 + n) for the head's scores plus
+    2 F |cluster(row)| for its own cluster's (0 in the shortlist), times 3 for the forward and the
+    backward's two products (gradients of the features and of the weights)."""
+    counts = [int(1e9 / (r + 1)) for r in range(WT103_V)]  # Zipfian; word id = rank
+    with torch.device("meta"):
+        head = AdaptiveHead(WT103_F, WT103_V, counts, WT103_CUTOFFS, div_value=1.0)
+        head.tie_output_embeddings(nn.Parameter(torch.empty(WT103_V, WT103_F)))
+    target = torch.multinomial(torch.tensor(counts, dtype=torch.float64), WT103_ROWS, replacement=True,
+                               generator=torch.Generator().manual_seed(0))
+    bounds = [*WT103_CUTOFFS, WT103_V]
+    cluster_size = torch.tensor([0] + [hi - lo for lo, hi in zip(bounds, bounds[1:])])  # [n + 1]
+    clusters = torch.bucketize(target, torch.tensor(WT103_CUTOFFS), right=True)
+    floor = 3 * 2 * WT103_F * (WT103_ROWS * (WT103_CUTOFFS[0] + 3) + cluster_size[clusters].sum().item())
+    head.path = "capacity"
+    capacity = training_flops(head, target)
+    head.path = "all"
+    every_cluster = training_flops(head, target)
+    assert every_cluster == 3 * 2 * WT103_F * WT103_ROWS * (WT103_V + 3)  # a full softmax's, and the n cluster rows
+    assert floor < capacity < 1.5 * floor
+    assert every_cluster > 4 * capacity
