@@ -73,7 +73,7 @@ class _Pass:
             text = f"loss {loss:.3f}  ppl {math.exp(min(loss, 700.0)):.1f}  "
         rate = self.tokens / max(now - self.start, 1e-9)
         text += f"{rate:,.0f} tokens/s"
-        return text if self.flops is None else f"{text}  MFU {percent(self.flops.mfu(rate))}"
+        return text if self.flops is None else f"{text}  MFU {self.flops.mfu(rate):.2%}"
 
     def eta(self, now: float) -> float | None:
         if not math.isfinite(self.total) or not self.batches:
@@ -194,11 +194,6 @@ class Progress(ProgressBar):
         if self._eval is not None:
             self._eval.close()
         self._eval = None
-
-
-def percent(fraction: float) -> str:
-    """0.01234 -> "1.23%" (three significant digits)."""
-    return f"{100 * fraction:.3g}%"
 
 
 def _count(total: float) -> str:

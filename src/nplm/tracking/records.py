@@ -36,7 +36,6 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.errors import UserError
 from nplm.files import atomic_open, atomic_write
-from nplm.tracking.progress import percent
 from nplm.tracking.runs import job_overrides
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ class EpochHistory(Checkpoint):
         for logger in trainer.loggers:  # Lightning's CSV log, up to this epoch's validation, before last.ckpt
             if type(logger).__name__ == "CSVLogger":
                 logger.save()
-        mfu = f"  MFU {percent(row['train/mfu'])}" if row.get("train/mfu") is not None else ""
+        mfu = f"  MFU {row['train/mfu']:.2%}" if row.get("train/mfu") is not None else ""
         log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s%s  %.1f s", row["epoch"],
                  _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), mfu, row.get("train/epoch_time_s") or 0.0)
