@@ -10,7 +10,8 @@ Failed, running and unreadable jobs keep a row each, with their overrides and er
 sorted by validation perplexity; rows without one come last.
 
 Epochs are counted as in the training log and the run's metrics.csv: epoch 0 is the first epoch
-(Lightning's count). The table's `epochs` column is the number of epochs completed.
+(Lightning's count). The table's `epochs` column is the number of epochs completed; `MFU`, where the
+runs recorded it, the model FLOP utilisation of their last training epoch (`train/mfu`, mean over the row).
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[li
     wall time and, where the runs recorded it, model FLOP utilisation (means over the row's jobs), status."""
     keys = swept_keys(rows)
     mfu = with_mfu(rows)
-    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", *(["MFU"] if mfu else []), "status"]
+    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", *(["MFU"] if mfu else []),
+              "status"]
 
     def mean(xs, spec):
         s = Stat.of(xs)
