@@ -77,6 +77,25 @@ def test_seeds_become_one_row_with_mean_std_and_n(sweep):
     assert body[3] == ["5", "-1", "0", "1", "", "", "", "", "failed: optimizer.lr=-1: must be a finite number > 0"]
 
 
+def test_model_flop_utilisation_is_a_column_where_the_runs_have_it(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for name, mfu in (("a", 0.0125), ("b", 0.0375), ("c", None)):
+        job = fake_job(root, name, [f"model.embed_dim={name}"], [20.0 if name == "c" else 10.0], 11.0)
+        if mfu is not None:
+            record = json.loads((job / "metrics.json").read_text())
+            record["metrics"]["train/mfu"] = mfu
+            (job / "metrics.json").write_text(json.dumps(record))
+    main([str(root), "--csv", str(tmp_path / "t.csv")])
+    header, *_, c_row = capsys.readouterr().out.splitlines()
+    assert "MFU" in header.split() and c_row.split()[-1] == "finished"
+    header, body = table(group_seeds(find_jobs([root])), root)
+    assert header[-2:] == ["MFU", "status"]
+    assert [(r[0], r[-2]) for r in body] == [("a", "1.25%"), ("b", "3.75%"), ("c", "")]
+    assert [r["mfu_mean"] for r in csv.DictReader(open(tmp_path / "t.csv"))] == ["0.0125", "0.0375", ""]
+    header, _ = table(group_seeds(find_jobs([root / "c"])), root)
+    assert "MFU" not in header  # no run recorded it: no column
+
+
 def test_cli_writes_markdown_csv_plots_and_creates_missing_folders(sweep, tmp_path, capsys):
     out = tmp_path / "new" / "deeper"
     main([str(sweep), "--markdown", str(out / "t.md"), "--csv", str(out / "t.csv"), "--plots", str(out / "plots")])

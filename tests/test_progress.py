@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nplm.tracking.progress import duration
+from nplm.tracking.progress import _Pass, duration
+from nplm.training.flops import FlopReport
+from nplm.training.peak import Peak
 
 # No WANDB_SILENT from the environment: nplm itself must keep W&B quiet.
 ENV = {k: v for k, v in os.environ.items() if k != "WANDB_SILENT"} | {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
@@ -21,7 +23,7 @@ TOY_PIPED = ["corpus=toy", "threads=1", "data.batch_size=8", "data.eval_batch_si
 NOISE = ["GPU available", "TPU available", "HPU available", "litlogger", "LeafSpec", "anonymous setting",
          "could not find the monitored key", "`Trainer.fit` stopped", "Restoring states"]
 TRAIN_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - epoch 0  batch (\d+)/15  loss \d+\.\d{3}  ppl \d+\.\d  "
-                        r"[\d,]+ tokens/s  ETA \d+s$")
+                        r"[\d,]+ tokens/s  MFU \d+\.\d\d%  ETA \d+s$")
 TEST_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - test  batch (\d+)/15  [\d,]+ tokens/s  ETA \d+s$")
 
 
@@ -35,6 +37,15 @@ def piped_run(tmp_path: Path, name: str, *args: str) -> str:
 
 def test_duration_is_short_and_readable():
     assert [duration(s) for s in (0.4, 45, 252, 3600 + 120 + 59, -3)] == ["0s", "45s", "4m12s", "1h02m", "0s"]
+
+
+def test_a_training_line_shows_the_model_flop_utilisation():
+    flops = FlopReport(per_step=6000, tokens_per_step=30, peak=Peak(4e6, "measured", "fp32"))  # 200 FLOPs a token
+    train, val = _Pass("epoch 0", 10, training=True, flops=flops), _Pass("val", 10, training=False)
+    for p in (train, val):
+        p.add(batches=2, tokens=60, loss=None)
+    assert train.numbers(train.start + 2.0) == "30 tokens/s  MFU 0.15%"  # 30 x 200 / 4e6
+    assert val.numbers(val.start + 2.0) == "30 tokens/s"
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ Failed, running and unreadable jobs keep a row each, with their overrides and er
 sorted by validation perplexity; rows without one come last.
 
 Epochs are counted as in the training log and the run's metrics.csv: epoch 0 is the first epoch
-(Lightning's count). The table's `epochs` column is the number of epochs completed.
+(Lightning's count). The table's `epochs` column is the number of epochs completed; `MFU`, where the
+runs recorded it, the model FLOP utilisation of their last training epoch (`train/mfu`, mean over the row).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Job:
     wall_time_s: float | None
     error: str = ""
     curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch from 0, val/ppl)
+    mfu: float | None = None  # model FLOP utilisation of the last training epoch (metrics' train/mfu)
 
 
 @dataclass
@@ -128,7 +130,8 @@ def load_job(job_dir: Path) -> Job:
         val = min(p for _, p in curve)
     status = observed_status(job_dir, record) or "unknown"  # a dead run's "running" record reads "killed"
     return Job(job_dir, _overrides(job_dir, record), status, val, metrics.get("test/ppl"),
-               record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve)
+               record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve,
+               metrics.get("train/mfu"))
 
 
 def find_jobs(paths: list[Path]) -> list[Job]:
@@ -171,18 +174,30 @@ def _name(row: Row, root: Path | None) -> str:
     return ", ".join(one(j.path) for j in row.jobs)
 
 
+def with_mfu(rows: list[Row]) -> bool:
+    """Whether any job of the rows recorded its model FLOP utilisation (runs from before it did not)."""
+    return any(j.mfu is not None for r in rows for j in r.jobs)
+
+
 def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells: job(s), swept overrides, n, val and test perplexity (mean ± std), epochs,
-    wall time (mean over the row's jobs), status."""
+    wall time and, where the runs recorded it, model FLOP utilisation (means over the row's jobs), status."""
     keys = swept_keys(rows)
-    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", "status"]
+    mfu = with_mfu(rows)
+    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", *(["MFU"] if mfu else []),
+              "status"]
 
     def mean(xs, spec):
         s = Stat.of(xs)
-        return "" if s.mean is None else format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
+        if s.mean is None:
+            return ""
+        if spec == "percent":
+            return f"{s.mean:.2%}"
+        return format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
 
     body = [[_name(r, root), *(r.overrides.get(k, "") for k in keys), str(len(r.jobs)), str(r.val), str(r.test),
-             mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"), r.status]
+             mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"),
+             *([mean([j.mfu for j in r.jobs], "percent")] if mfu else []), r.status]
             for r in rows]
     return header, body
 
@@ -199,18 +214,21 @@ def as_markdown(header: list[str], body: list[list[str]]) -> str:
 
 
 def as_csv(rows: list[Row], root: Path | None = None) -> str:
-    """The table with numbers in their own columns: mean, std and n for val and test perplexity."""
+    """The table with numbers in their own columns: mean, std and n for val and test perplexity; the
+    mean MFU as a fraction (`mfu_mean`, where the runs recorded it)."""
     keys = swept_keys(rows)
+    mfu = with_mfu(rows)
     buf = io.StringIO()
     out = csv.writer(buf)
     out.writerow(["job", *keys, "n", "val_ppl_mean", "val_ppl_std", "val_n", "test_ppl_mean", "test_ppl_std",
-                  "test_n", "epochs_mean", "time_s_mean", "status"])
+                  "test_n", "epochs_mean", "time_s_mean", *(["mfu_mean"] if mfu else []), "status"])
     num = lambda x: "" if x is None else repr(x)  # noqa: E731
     for r in rows:
         epochs, time_s = Stat.of(j.epochs for j in r.jobs), Stat.of(j.wall_time_s for j in r.jobs)
         out.writerow([_name(r, root), *(r.overrides.get(k, "") for k in keys), len(r.jobs),
                       num(r.val.mean), num(r.val.std), r.val.n, num(r.test.mean), num(r.test.std), r.test.n,
-                      num(epochs.mean), num(time_s.mean), r.status])
+                      num(epochs.mean), num(time_s.mean),
+                      *([num(Stat.of(j.mfu for j in r.jobs).mean)] if mfu else []), r.status])
     return buf.getvalue()
 
 

@@ -5,10 +5,12 @@
 - Anywhere else (a pipe, `nohup`, CI, a SLURM log): one plain log line every `progress.interval`
   seconds, never a carriage return and never a line per batch:
 
-      epoch 3  batch 1200/6971  loss 4.812  ppl 123.0  41,210 tokens/s  ETA 2m20s (run 31m05s)
+      epoch 3  batch 1200/6971  loss 4.812  ppl 123.0  41,210 tokens/s  MFU 1.23%  ETA 2m20s (run 31m05s)
       epoch 3  val  batch 40/110  95,112 tokens/s  ETA 3s
 
-  The per-epoch summary line (train/val perplexity, time) comes from `tracking.EpochHistory`.
+  The per-epoch summary line (train/val perplexity, time) comes from `tracking.EpochHistory`. MFU, the
+  model FLOP utilisation of the device, is shown once the run has counted its step's FLOPs
+  (`nplm.training.flops`: the LightningModule's `flops`).
 
 The clock is read every batch; the loss only when a line or a bar refresh is due. Between those the
 batch losses are summed on the device, so the training loop never waits for the accelerator.
@@ -46,8 +48,9 @@ class _Pass:
     """One pass over a split: batches and tokens done, the loss summed since the last report, and
     its terminal bar in live mode."""
 
-    def __init__(self, name: str, total: float, training: bool, bar=None):
-        self.name, self.total, self.training, self.bar = name, total, training, bar
+    def __init__(self, name: str, total: float, training: bool, bar=None, flops=None):
+        """`flops`: a training pass's `nplm.training.flops.FlopReport`, for its MFU (`flops.mfu(tokens/s)`)."""
+        self.name, self.total, self.training, self.bar, self.flops = name, total, training, bar, flops
         self.start = self.last = time.monotonic()
         self.batches = self.tokens = self.losses = 0
         self.loss_sum: torch.Tensor | None = None  # on the device, read only when reported
@@ -61,14 +64,16 @@ class _Pass:
             self.losses += 1
 
     def numbers(self, now: float) -> str:
-        """`loss 4.812  ppl 123.0  41,210 tokens/s`: the mean loss since the last call (one
-        host-device sync) and the pass's token rate."""
+        """`loss 4.812  ppl 123.0  41,210 tokens/s  MFU 1.23%`: the mean loss since the last call (one
+        host-device sync), the pass's token rate and, where the FLOPs were counted, its utilisation."""
         text = ""
         if self.losses:
             loss = self.loss_sum.item() / self.losses
             self.loss_sum, self.losses = None, 0
             text = f"loss {loss:.3f}  ppl {math.exp(min(loss, 700.0)):.1f}  "
-        return text + f"{self.tokens / max(now - self.start, 1e-9):,.0f} tokens/s"
+        rate = self.tokens / max(now - self.start, 1e-9)
+        text += f"{rate:,.0f} tokens/s"
+        return text if self.flops is None else f"{text}  MFU {self.flops.mfu(rate):.2%}"
 
     def eta(self, now: float) -> float | None:
         if not math.isfinite(self.total) or not self.batches:
@@ -100,14 +105,14 @@ class Progress(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
-    def _open(self, name: str, total: float, training: bool) -> _Pass:
+    def _open(self, name: str, total: float, training: bool, flops=None) -> _Pass:
         bar = None
         if self.live and self._enabled:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=total if math.isfinite(total) else None, desc=name, unit="batch", file=sys.stdout,
                        dynamic_ncols=True, leave=training, position=0 if training else 1)
-        return _Pass(name, total, training, bar)
+        return _Pass(name, total, training, bar, flops)
 
     def _step(self, trainer: pl.Trainer, p: _Pass | None, batches: int, tokens: int,
               loss: torch.Tensor | None = None) -> None:
@@ -147,7 +152,8 @@ class Progress(ProgressBar):
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         total = getattr(pl_module, "train_batches", None) or self.total_train_batches
-        self._train = self._open(f"epoch {trainer.current_epoch}", total, training=True)
+        self._train = self._open(f"epoch {trainer.current_epoch}", total, training=True,
+                                 flops=getattr(pl_module, "flops", None))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         """`outputs`: LanguageModel.training_step's {"loss", "batches", "tokens"} for its group of batches."""

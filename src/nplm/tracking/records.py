@@ -2,9 +2,11 @@
 
 Every run directory holds
 - `config.yaml`: the resolved config; `metrics.json`: status (running / finished / failed), final and
-  best metrics, corpus statistics and what reproduces the run (seed, git commit, data checksums,
-  versions, command line);
-- `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, lr, time);
+  best metrics, corpus statistics, the training step's FLOPs and the device's peak (`flops`, from
+  `nplm.training.flops`) and what reproduces the run (seed, git commit, data checksums, versions,
+  command line);
+- `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, model FLOP utilisation, lr,
+  time);
 - with `logger=wandb` (the default) an offline W&B run under `wandb/` (its id in `wandb_id.txt`, so a
   resumed run reopens it), and Lightning's CSV log `csv/metrics.csv`. Both metrics files hold each
   epoch once however often the run was killed and resumed.
@@ -39,8 +41,9 @@ from nplm.tracking.runs import job_overrides
 log = logging.getLogger(__name__)
 
 HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", "val/ppl_best", "train/tokens_per_s",
-                  "train/epoch_time_s", "train/lr", "elapsed_s"]
-TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/epoch_time_s", "train/lr"]
+                  "train/mfu", "train/epoch_time_s", "train/lr", "elapsed_s"]
+TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/mfu", "train/epoch_time_s",
+                      "train/lr"]
 
 
 # What makes a checkout's runs differ from its commit: the package, its configs and the scripts that train
@@ -222,9 +225,10 @@ class EpochHistory(Checkpoint):
         for logger in trainer.loggers:  # Lightning's CSV log, up to this epoch's validation, before last.ckpt
             if type(logger).__name__ == "CSVLogger":
                 logger.save()
-        log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s  %.1f s", row["epoch"],
+        mfu = f"  MFU {row['train/mfu']:.2%}" if row.get("train/mfu") is not None else ""
+        log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s%s  %.1f s", row["epoch"],
                  _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
-                 _fmt(row.get("train/tokens_per_s"), ",.0f"), row.get("train/epoch_time_s") or 0.0)
+                 _fmt(row.get("train/tokens_per_s"), ",.0f"), mfu, row.get("train/epoch_time_s") or 0.0)
 
 
 def _parse(value: str):

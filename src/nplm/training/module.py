@@ -14,6 +14,7 @@ from nplm.fast import backprop
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.execution import StepOptions
+from nplm.training.flops import FlopReport
 from nplm.heads import build_head
 from nplm.models import build_model
 from nplm.optimizers import build_optimizer
@@ -56,7 +57,8 @@ def use_tf32(enabled: bool) -> None:
 class LanguageModel(pl.LightningModule):
     """Trains `head.loss(model(context), target)` and evaluates the exact `head.nll`; logs
     `train/ppl` (`train/ppl_sampled` for heads trained on a sampled loss), `val/ppl`, `val/ppl_best`,
-    `test/ppl` (token-weighted over the whole split), `train/tokens_per_s` and `train/lr`.
+    `test/ppl` (token-weighted over the whole split), `train/tokens_per_s`, `train/mfu` (once the run's
+    `nplm.training.flops.FlopCount` has set `flops`) and `train/lr`.
 
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
 
@@ -91,6 +93,7 @@ class LanguageModel(pl.LightningModule):
         self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.training.execution)
         self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
         self._compiled = False  # compile_training_step was called
+        self.flops: FlopReport | None = None  # the training step's FLOPs and the device's peak (FlopCount)
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -277,7 +280,10 @@ class LanguageModel(pl.LightningModule):
         nll_sum = strategy.reduce(self._nll_sum, reduce_op="sum")
         tokens = self._epoch_tokens * self.trainer.world_size  # every rank trains as many batches
         self.log(self.train_ppl_name, torch.exp(nll_sum / max(tokens, 1)).float(), sync_dist=True)
-        self.log("train/tokens_per_s", tokens / max(seconds, 1e-9), sync_dist=True)
+        rate = tokens / max(seconds, 1e-9)
+        self.log("train/tokens_per_s", rate, sync_dist=True)
+        if self.flops is not None:  # model FLOP utilisation of the run's devices
+            self.log("train/mfu", self.flops.mfu(rate, self.trainer.world_size), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)  # this epoch's
         self._step_epoch_schedulers()

@@ -26,6 +26,7 @@ from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check
 from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
+from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
 from nplm.training.module import LanguageModel
 from nplm.training.process import set_up_process
@@ -141,9 +142,15 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     for logger in loggers:
         logger.log_hyperparams({"corpus_stats": record.data["corpus"], "data_files": dm.files,
                                 "tree_stats": record.data.get("tree")})
+
+    def save_count(report: FlopReport) -> None:  # the step's FLOPs and the peak, when training starts
+        record.data["flops"] = report.as_dict()
+        record.save()
+
+    flop_count = FlopCount(dm.windows["train"], cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
     failed = True
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history, plan)
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count])
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
@@ -151,12 +158,14 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
         metrics["val/ppl_best"] = module.best_val_ppl
+        if module.flops is not None:
+            metrics.update(module.flops.metrics())
         record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
         metrics["best_checkpoint"] = best_path
         for logger in loggers:
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
-                                                  if k.startswith(("val/", "test/", "train/"))})
+                                                  if k.startswith(("val/", "test/", "train/", "device/"))})
         log.info("val/ppl_best %.3f  test/ppl %s  (%s)", module.best_val_ppl,
                  f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
         failed = False

@@ -31,7 +31,8 @@ class StopAt(pl.Callback):
 
 
 def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
-                  plan: ExecutionPlan) -> pl.Trainer:
+                  plan: ExecutionPlan, extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
+    """`extra_callbacks`: the run's own (`nplm.training.flops.FlopCount`), after nplm's."""
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
@@ -54,6 +55,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
         if float(cfg.stop_at) <= time.time():
             raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
         callbacks.append(StopAt(float(cfg.stop_at)))
+    callbacks += extra_callbacks
     if trainer_cfg.get("enable_progress_bar") is not False:
         # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
         callbacks.append(Progress(cfg.get("progress", {}).get("interval", 30)))

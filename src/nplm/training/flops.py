@@ -1,0 +1,134 @@
+"""The FLOPs of a training step, counted once per run, and the model FLOP utilisation (MFU) they give.
+
+`count_step_flops` runs the forward and backward of `head.loss(model(context), target).mean()` on one
+batch of the run's training shape under `torch.utils.flop_counter.FlopCounterMode`, which counts the
+matrix products (mm, addmm, bmm, baddbmm: 2 m n k each) and nothing elementwise (activations, the
+softmax, the optimizer's update). Where nplm trains through `nplm.fast.backprop` (the CPU's hand-written
+gradients), the count is autograd's for the same step: the arithmetic the step needs, not the kernels
+that ran. The batch is drawn from the training windows with a generator of its own, the run's random
+number generators are forked around it (dropout, sampled heads) and the gradients it makes are
+dropped, so a run trains exactly as without the count.
+
+    MFU = FLOPs per training token x training tokens per second / peak FLOP/s of the devices
+
+(PaLM, Chowdhery et al. 2022, appendix B; the peak from `nplm.training.peak`): the per-step cost is
+nothing, the tokens/s being measured anyway. With `trainer.accumulate_grad_batches=1` a step is one
+optimizer step, so this is also step FLOPs x optimizer steps per second / peak.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from nplm.data.windows import Windows
+from nplm.training.peak import Peak, device_peak, precision_of
+
+log = logging.getLogger(__name__)
+
+
+def _onednn_linear_flops(input_shape, weight_shape, *args, out_shape=None, **kwargs) -> int:
+    """oneDNN's linear (`nplm.fast.cpu_gemm.linear`), input [..., F] and weight [V, F]: 2 F V per row,
+    as FlopCounterMode counts the addmm it stands for."""
+    return 2 * math.prod(input_shape[:-1]) * input_shape[-1] * weight_shape[0]
+
+
+def extra_formulas() -> dict:
+    """FLOP formulas for the matmuls nplm's speed paths run outside aten's (which FlopCounterMode counts
+    itself): oneDNN's linear where `nplm.fast.cpu_gemm` uses it (its own capability check)."""
+    from nplm.fast.cpu_gemm import onednn_linear_works
+
+    return {torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops} if onednn_linear_works() else {}
+
+
+def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor) -> int:
+    """FLOPs of forward + backward of `head.loss(model(context), target).mean()` (context `[B, k]`,
+    target `[B]`) in training mode. Leaves the modules as they were: their mode, their gradients, and
+    the random number generators of the CPU and of the batch's GPU."""
+    params = list({id(p): p for m in (model, head) for p in m.parameters()}.values())
+    grads = [p.grad for p in params]
+    modes = [m.training for m in (model, head)]
+    for p in params:
+        p.grad = None
+    gpus = [context.device] if context.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=gpus), FlopCounterMode(display=False, custom_mapping=extra_formulas()) as c:
+            model.train(), head.train()
+            head.loss(model(context), target).mean().backward()
+    finally:
+        for p, grad in zip(params, grads):
+            p.grad = grad
+        model.train(modes[0]), head.train(modes[1])
+    return c.get_total_flops()
+
+
+def sample_batch(windows: Windows, batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch_size` training windows (fewer if there are fewer), drawn with a generator of their own:
+    (context [B, k], target [B]) on `device`."""
+    n = len(windows)
+    index = torch.randint(n, (min(batch_size, n),), generator=torch.Generator().manual_seed(0))
+    context, target = windows[index]
+    return context.to(device), target.to(device)
+
+
+@dataclass(frozen=True)
+class FlopReport:
+    """The counted FLOPs of a training batch and the peak they are measured against."""
+
+    per_step: int  # forward + backward of one training batch
+    tokens_per_step: int  # the batch's tokens (one per window)
+    peak: Peak  # of one device
+
+    @property
+    def per_token(self) -> float:
+        return self.per_step / self.tokens_per_step
+
+    def mfu(self, tokens_per_s: float, devices: int = 1) -> float:
+        """Model FLOP utilisation of `devices` devices that train `tokens_per_s` tokens a second together."""
+        return tokens_per_s * self.per_token / (self.peak.flops * devices)
+
+    def metrics(self) -> dict[str, float]:
+        """The numbers for metrics.json (`train/mfu` is logged per epoch by the LightningModule)."""
+        return {"train/flops_per_step": self.per_step, "train/flops_per_token": self.per_token,
+                "device/peak_flops": self.peak.flops}
+
+    def as_dict(self) -> dict:
+        """The count and the peak with its source, for metrics.json's `flops` entry and the loggers."""
+        return {"flops_per_step": self.per_step, "flops_per_token": self.per_token,
+                "tokens_per_step": self.tokens_per_step, "peak_flops": self.peak.flops,
+                "peak_source": self.peak.source, "peak_precision": self.peak.precision}
+
+
+class FlopCount(pl.Callback):
+    """At the start of training (on the training device, before the first step): count a batch's FLOPs
+    (`count_step_flops`), find the device's peak for the run's precision (`nplm.training.peak`), and
+    hand the `FlopReport` to the LightningModule (`pl_module.flops`: its per-epoch `train/mfu`, the
+    progress lines), to the loggers (as hyperparameters) and to `on_count`."""
+
+    def __init__(self, windows: Windows, batch_size: int, data_dir: str | Path,
+                 on_count: Callable[[FlopReport], None] | None = None):
+        """`windows`: the training windows; `data_dir`: where a measured peak is cached."""
+        self.windows, self.batch_size, self.data_dir, self.on_count = windows, batch_size, data_dir, on_count
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        device = pl_module.device
+        context, target = sample_batch(self.windows, self.batch_size, device)
+        step = count_step_flops(pl_module.model, pl_module.head, context, target)
+        tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+        report = FlopReport(step, target.numel(), device_peak(device, precision_of(trainer.precision, tf32),
+                                                              self.data_dir))
+        log.info("%.4g FLOPs per training batch of %d tokens (%.4g per token); peak %.4g FLOP/s (%s, %s)", step,
+                 report.tokens_per_step, report.per_token, report.peak.flops, report.peak.source, report.peak.precision)
+        pl_module.flops = report
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"flops": report.as_dict()})
+        if self.on_count is not None:
+            self.on_count(report)
