@@ -11,7 +11,7 @@ from nplm.data.blocks import BlockBatches, Blocks
 from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError
 
-from conftest import compose_cfg
+from conftest import TOY_FAST, compose_cfg
 
 K, W, G = 12, 4, 2
 MODERN = {"name": "modern", "context_size": K, "window": W, "summaries": G, "embed_dim": 16, "hidden_dim": 24,
@@ -141,8 +141,10 @@ def test_a_run_on_blocks_trains_validates_tests_and_resumes_to_the_same_numbers(
 
     whole = run_train(*SMALL, "trainer.max_epochs=3")
     assert 1 < whole["val/ppl"] < len(data_module(tmp_path, 8).vocab)  # better than uniform
-    windows = evaluate(whole["best_checkpoint"], split="test", data_dir=str(tmp_path))  # nplm-eval: window mode
-    assert windows["ppl"] == pytest.approx(whole["test/ppl"], rel=1e-5)
+    for block_size in (None, 5):  # nplm-eval in window mode, and on blocks of 5
+        again = evaluate(whole["best_checkpoint"], split="test", data_dir=str(tmp_path), block_size=block_size)
+        assert again["ppl"] == pytest.approx(whole["test/ppl"], rel=1e-5)
+        assert again["tokens"] == data_module(tmp_path, None).stats["test"].predicted
     run_train(*SMALL, "trainer.max_epochs=1")  # in call2/run
     resumed = run_train(*SMALL, "trainer.max_epochs=3", f"resume={tmp_path / 'call2' / 'run'}",
                         "resume_allow_changes=true")
@@ -178,3 +180,12 @@ def test_a_block_longer_than_the_training_split_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"^data.block_size=100000: longer than the \d+ tokens the train split of "
                                         r"corpus 'toy' predicts; use at most that$"):
         train(compose_cfg(tmp_path, *SMALL, "data.block_size=100000"))
+
+
+def test_nplm_eval_refuses_blocks_for_a_model_without_them(run_train, tmp_path):
+    from nplm.cli.evaluate import evaluate
+
+    checkpoint = run_train(*TOY_FAST[:-1], "trainer.max_epochs=1")["best_checkpoint"]
+    with pytest.raises(UserError, match="^--block-size=8: model=nplm predicts one window at a time; leave "
+                                        "--block-size out$"):
+        evaluate(checkpoint, data_dir=str(tmp_path), block_size=8)

@@ -15,10 +15,12 @@ of an epoch are not trained on.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from nplm.data.windows import BatchIndices
+from nplm.data.windows import BatchIndices, Windows
 
 
 class Blocks(Dataset):
@@ -78,3 +80,13 @@ class BlockBatches(Sampler):
         yield from self.batches
         if self.partial is not None:
             yield self.partial
+
+
+def index_batches(dataset: Windows | Blocks, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0,
+                  world_size: int = 1, epoch_fn: Callable[[], int] | None = None,
+                  device: torch.device | str = "cpu") -> Sampler:
+    """The index batches of `dataset` (`BatchIndices`' arguments): its windows, or its whole blocks and in
+    evaluation the partial last one."""
+    items = dataset.whole if isinstance(dataset, Blocks) else len(dataset)
+    batches = BatchIndices(items, batch_size, shuffle, seed, rank, world_size, epoch_fn, device)
+    return BlockBatches(dataset, batches) if isinstance(dataset, Blocks) else batches

@@ -10,14 +10,14 @@ from typing import Callable
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
-from nplm.data.blocks import BlockBatches, Blocks
+from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
 from nplm.data.tokenizers import JOINERS
 from nplm.data.vocabulary import UNK, Vocabulary
-from nplm.data.windows import BatchIndices, GroupedBatches, Windows
+from nplm.data.windows import GroupedBatches, Windows
 from nplm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class LMDataModule(pl.LightningDataModule):
                                        ("test", "limit_test_batches", self.eval_batch_size)):
             limit = trainer_cfg.get(key)
             if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
-                batches = len(self._sampler(self._source(split), batch_size, shuffle=split == "train"))
+                batches = len(index_batches(self._source(split), batch_size, shuffle=split == "train"))
                 if int(limit * batches) == 0:
                     units = "blocks" if self.block_size else "windows"
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
@@ -173,13 +173,6 @@ class LMDataModule(pl.LightningDataModule):
     def has_split(self, split: str) -> bool:
         return split in self.windows
 
-    def _sampler(self, dataset: Windows | Blocks, batch_size: int, shuffle: bool, rank: int = 0, world: int = 1,
-                 epoch_fn: Callable[[], int] | None = None, device: torch.device | str = "cpu") -> Sampler:
-        """The index batches of `dataset`: windows, or whole blocks and in evaluation the partial last one."""
-        items = dataset.whole if isinstance(dataset, Blocks) else len(dataset)
-        batches = BatchIndices(items, batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
-        return BlockBatches(dataset, batches) if isinstance(dataset, Blocks) else batches
-
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
         dataset = self._source(split)
         if self.overfit_batches > 0:  # the same few training batches, in order, for every stage
@@ -198,7 +191,7 @@ class LMDataModule(pl.LightningDataModule):
         if (split, device) not in self._on_device:
             self._on_device[split, device] = dataset.to(device)
         dataset = self._on_device[split, device]
-        sampler = self._sampler(dataset, batch_size, shuffle, rank, world, epoch_fn, device)
+        sampler = index_batches(dataset, batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
         if split == "train" and (self.train_group > 1 or self.train_limit is not None):
             sampler = GroupedBatches(sampler, self.train_group, self.train_limit)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
