@@ -121,6 +121,7 @@ def test_the_summed_nll_of_a_split_in_blocks_is_window_modes(tmp_path):
     from nplm.training.module import LanguageModel
 
     windows, blocks = data_module(tmp_path, None, batch_size=7), data_module(tmp_path, 5)
+    assert all(len(blocks.blocks(split)) > blocks.blocks(split).whole for split in ("valid", "test"))  # partial ones
     module = LanguageModel(MODERN, {"name": "softmax"}, {"name": "adam", "lr": 1e-3}, windows.vocab).eval()
     module.model.load_state_dict(modern(len(windows.vocab)).state_dict())
     for loaders in ((windows.val_dataloader(), blocks.val_dataloader()),
@@ -177,9 +178,10 @@ def test_a_model_without_blocks_is_refused_in_one_line_with_exit_2(tmp_path, cap
 def test_a_block_longer_than_the_training_split_is_refused(tmp_path):
     from nplm.training.train import train
 
-    with pytest.raises(UserError, match=r"^data.block_size=100000: longer than the \d+ tokens the train split of "
-                                        r"corpus 'toy' predicts; use at most that$"):
-        train(compose_cfg(tmp_path, *SMALL, "data.block_size=100000"))
+    predicted = data_module(tmp_path, None).stats["train"].predicted
+    with pytest.raises(UserError, match=f"^data.block_size=100000: longer than the {predicted} tokens the train "
+                                        f"split of corpus 'toy' predicts; use data.block_size <= {predicted}$"):
+        train(compose_cfg(tmp_path / "too_long", *SMALL, "data.block_size=100000"))
 
 
 def test_nplm_eval_refuses_blocks_for_a_model_without_them(run_train, tmp_path):
@@ -189,3 +191,14 @@ def test_nplm_eval_refuses_blocks_for_a_model_without_them(run_train, tmp_path):
     with pytest.raises(UserError, match="^--block-size=8: model=nplm predicts one window at a time; leave "
                                         "--block-size out$"):
         evaluate(checkpoint, data_dir=str(tmp_path), block_size=8)
+
+
+@pytest.mark.slow  # the compiled run trains for real
+def test_compile_true_trains_on_blocks_as_eager_does(run_train, compile_backend):
+    """fullgraph=True through AOT autograd: the block path (unfold, conv1d, dropout) in one graph, the
+    same perplexities as eager."""
+    eager = run_train(*SMALL, "trainer.max_epochs=1")
+    torch._dynamo.reset()
+    compiled = run_train(*SMALL, "trainer.max_epochs=1", "compile=true")
+    for key in ("train/ppl", "val/ppl"):
+        assert compiled[key] == pytest.approx(eager[key], rel=1e-4), key

@@ -116,9 +116,10 @@ class LMDataModule(pl.LightningDataModule):
             log.info("corpus %s %s: %d tokens, %d predicted, OOV rate %.4f", cfg["name"], split, s.tokens,
                      s.predicted, s.oov_rate)
         log.info("corpus %s: |V| = %d", cfg["name"], len(self.vocab))
-        if self.block_size and self.stats["train"].predicted < self.block_size:
-            raise UserError(f"data.block_size={self.block_size}: longer than the {self.stats['train'].predicted} "
-                            f"tokens the train split of corpus '{cfg['name']}' predicts; use at most that")
+        predicted = self.stats["train"].predicted
+        if self.block_size and predicted < self.block_size:
+            raise UserError(f"data.block_size={self.block_size}: longer than the {predicted} tokens the train split "
+                            f"of corpus '{cfg['name']}' predicts; use data.block_size <= {predicted}")
 
     def _build_vocab(self, text: CorpusText) -> Vocabulary:
         cfg = self.corpus_cfg
