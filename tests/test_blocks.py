@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nplm.data.blocks import BlockBatches, Blocks
+from nplm.data.blocks import BlockBatches, Blocks, index_batches
 from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError
 
@@ -79,6 +79,17 @@ def test_blocks_tile_the_windows_targets_once_in_order_and_the_contexts_match():
     context, target = windows[torch.arange(len(windows))]
     assert torch.equal(torch.cat(scored), target)
     assert torch.equal(torch.stack(contexts), context)
+
+
+def test_a_split_shorter_than_a_block_is_one_partial_block():
+    blocks = Blocks(torch.arange(10), 3, 16)
+    assert (blocks.whole, len(blocks)) == (0, 1)
+    sampler = index_batches(blocks, 4, shuffle=False)
+    batches = list(sampler)
+    assert len(sampler) == 1
+    assert batches == [0]
+    ids, targets = blocks[0]
+    assert torch.equal(ids, torch.arange(10).unsqueeze(0)) and torch.equal(targets, torch.arange(3, 10).unsqueeze(0))
 
 
 def test_evaluation_blocks_are_shared_out_among_ranks_and_the_partial_block_is_the_last_ranks():

@@ -34,8 +34,9 @@ class Blocks(Dataset):
         predicted = max(len(ids) - context_size, 0)  # the windows
         self.whole = predicted // block_size  # blocks of T targets
         self.count = -(-predicted // block_size)  # and the partial last one
-        whole_ids = ids[: self.whole * block_size + context_size]
-        self.blocks = whole_ids.unfold(0, block_size + context_size, block_size)  # [whole, T + k], a view of ids
+        span = block_size + context_size
+        self.blocks = (ids[: self.whole * block_size + context_size].unfold(0, span, block_size) if self.whole
+                       else ids.new_empty(0, span))  # [whole, T + k], a view of ids
 
     def __len__(self) -> int:
         return self.count
@@ -66,7 +67,7 @@ class BlockBatches(Sampler):
     block follows as the int index of a batch of its own (on the last rank)."""
 
     def __init__(self, blocks: Blocks, batches: BatchIndices):
-        self.batches = batches
+        self.batches, self.whole = batches, blocks.whole
         last_rank = batches.rank == batches.world_size - 1
         self.partial = blocks.whole if blocks.count > blocks.whole and not batches.shuffle and last_rank else None
 
@@ -74,10 +75,11 @@ class BlockBatches(Sampler):
         self.batches.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return len(self.batches) + (self.partial is not None)
+        return (len(self.batches) if self.whole else 0) + (self.partial is not None)
 
     def __iter__(self):
-        yield from self.batches
+        if self.whole:  # (no empty batch where there is no whole block)
+            yield from self.batches
         if self.partial is not None:
             yield self.partial
 
