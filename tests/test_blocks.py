@@ -213,3 +213,18 @@ def test_compile_true_trains_on_blocks_as_eager_does(run_train, compile_backend)
     compiled = run_train(*SMALL, "trainer.max_epochs=1", "compile=true")
     for key in ("train/ppl", "val/ppl"):
         assert compiled[key] == pytest.approx(eager[key], rel=1e-4), key
+
+
+def test_the_memory_estimate_counts_a_batch_of_blocks():
+    """The meta forward of `block_features` runs (a failure would silently leave the batch out): B blocks
+    of T tokens need less than the B T windows of the same tokens, each of which holds k vectors."""
+    from nplm.data.vocabulary import Vocabulary
+    from nplm.training.memory import _batch_bytes
+    from nplm.training.module import LanguageModel
+
+    with torch.device("meta"):
+        module = LanguageModel(MODERN, {"name": "softmax"}, {"name": "adam", "lr": 1e-3},
+                               Vocabulary.build([list("abcdefgh")]))
+    blocks, windows = _batch_bytes(module, 8, True, block_size=16), _batch_bytes(module, 8 * 16, True)
+    assert blocks is not None and windows is not None
+    assert _batch_bytes(module, 8, True) < blocks < windows
