@@ -2,6 +2,7 @@
 
     nplm-eval outputs/.../checkpoints/best-epoch004.ckpt --split test
     nplm-eval outputs/.../checkpoints/last.ckpt --text my_text.txt
+    nplm-eval outputs/.../checkpoints/last.ckpt --block-size 512    (whole blocks: the same tokens, faster)
 
 A --text file is tokenised exactly as the checkpoint's corpus tokenised its own text (its encoding and
 lowercasing, <eos> after every line for text_files, characters for tiny_shakespeare), so evaluating
@@ -24,19 +25,22 @@ if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a
     from nplm.training.module import LanguageModel
 
 
-def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0) -> dict:
-    """exp(sum of per-token NLL / tokens) over every window, in float64. A progress line goes to stderr
+def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0,
+               block_size: int | None = None) -> dict:
+    """exp(sum of per-token NLL / tokens) over every window, in float64; with `block_size` T, the same
+    tokens in batches of `batch_size` blocks of T (`nplm.data.blocks`). A progress line goes to stderr
     every `interval` seconds (stdout keeps only the result)."""
     import torch
 
-    from nplm.data.windows import BatchIndices
+    from nplm.data.blocks import Blocks, index_batches
     from nplm.tracking.progress import duration
 
     nll_sum, tokens = 0.0, 0
-    batches = BatchIndices(len(windows), batch_size, shuffle=False)
+    source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
+    batches = index_batches(source, batch_size, shuffle=False)
     start = last = time.monotonic()
     for i, idx in enumerate(batches, 1):
-        context, target = windows[idx]
+        context, target = source[idx]
         with torch.no_grad():
             nll_sum += module.nll(context, target).double().sum().item()
         tokens += target.numel()
@@ -48,8 +52,9 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
 
 
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
-             batch_size: int = 1024) -> dict:
-    """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text`."""
+             batch_size: int = 1024, block_size: int | None = None) -> dict:
+    """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text` (in
+    batches of whole blocks of `block_size` tokens where given: a model with `trains_on_blocks`)."""
     from nplm.training.checkpoint import load_model
     from nplm.data.corpora import file_tokens
     from nplm.data.datamodule import LMDataModule
@@ -59,6 +64,9 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
 
     module = load_model(checkpoint)
     k = module.model.context_size
+    if block_size and not module.model.trains_on_blocks:
+        raise UserError(f"--block-size={block_size}: model={type(module.model).option_name} predicts one window at "
+                        "a time; leave --block-size out")
     data = module.hparams.get("data") or {}
     if text is not None:
         if "corpus" in data:
@@ -67,7 +75,7 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
             tokens = TOKENIZERS[module.vocab.tokenizer](read_text(text, option="--text"))
         if len(tokens) < k + 1:
             raise UserError(f"--text={text}: has {len(tokens)} tokens; the model needs at least {k + 1}")
-        result = perplexity(module, Windows(module.vocab.encode(tokens), k), batch_size)
+        result = perplexity(module, Windows(module.vocab.encode(tokens), k), batch_size, block_size=block_size)
         return {"source": str(text), "oov_rate": module.vocab.oov_rate(tokens), **result}
     if "corpus" not in data:
         raise UserError("this checkpoint does not record its corpus; evaluate a file with --text")
@@ -76,7 +84,7 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
     if not dm.has_split(split):
         raise UserError(f"--split={split}: corpus '{data['corpus']['name']}' has no {split} split; try --split valid")
     return {"source": f"{data['corpus']['name']}/{split}", "oov_rate": dm.stats[split].oov_rate,
-            **perplexity(module, dm.windows[split], batch_size)}
+            **perplexity(module, dm.windows[split], batch_size, block_size=block_size)}
 
 
 @report_user_errors
@@ -89,11 +97,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="evaluate this text file instead, tokenised as the checkpoint's corpus")
     parser.add_argument("--data-dir", type=arg.output_dir, default="data_cache",
                         help="where corpus downloads go (default data_cache)")
-    parser.add_argument("--batch-size", type=arg.integer(1), default=1024, help="windows per batch (default 1024)")
+    parser.add_argument("--batch-size", type=arg.integer(1), default=1024,
+                        help="windows (blocks with --block-size) per batch (default 1024)")
+    parser.add_argument("--block-size", type=arg.integer(1), metavar="T",
+                        help="score batches of whole blocks of T tokens (models that train on blocks: modern)")
     parser.add_argument("--json", type=arg.output_file, metavar="OUT", help="also write the result to this JSON file")
     args = parser.parse_args(argv)
-    result = json.dumps(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size),
-                        indent=2)
+    result = json.dumps(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size,
+                                 args.block_size), indent=2)
     print(result)
     if args.json:
         arg.write_text(args.json, result + "\n", "--json")

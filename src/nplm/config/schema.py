@@ -84,7 +84,8 @@ WANDB = Group(options={"": {"project": Name(**WANDB_NAME), "entity": Name(nullab
                             "mode": Choice(options=("offline", "online", "disabled")), "job_type": Str(nullable=True),
                             "tags": StrList(max_len=64, hint="W&B's limit"), "name": Str(nullable=True),
                             "notes": Str(nullable=True)}})
-DATA = Group(options={"": {"batch_size": Int(1), "eval_batch_size": Int(1), "overfit_batches": Int(0)}})
+DATA = Group(options={"": {"batch_size": Int(1), "eval_batch_size": Int(1), "overfit_batches": Int(0),
+                           "block_size": Int(0, nullable=True, hint="null or 0: one window per example")}})
 CALLBACKS = Group(options={"": {"early_stopping_patience": Int(1, nullable=True),
                                 "ema_decay": Float(gt=0, lt=1, nullable=True)}})
 PATHS = Group(options={"": {"data_dir": Str(), "output_dir": Str()}})
@@ -195,6 +196,22 @@ def check_tree(cfg: dict) -> None:
     wandb = cfg["logger"].get("wandb")
     if wandb is not None:
         check_group("logger.wandb", WANDB, wandb)
+    check_blocks(cfg)
+
+
+def check_blocks(cfg: dict) -> None:
+    """`data.block_size` (whole blocks, `nplm.data.blocks`) with a model that predicts one window at a
+    time (without `Model.trains_on_blocks`): refused."""
+    block = cfg["data"].get("block_size")
+    if not block:
+        return
+    from nplm.models import MODELS, model_options
+
+    name, _ = model_options(cfg["model"])
+    if not MODELS.get(name).trains_on_blocks:
+        able = [option for option, o in MODELS.options().items() if o.target.trains_on_blocks]
+        raise _fail("data.block_size", block, f"must be null for model={name}, which predicts one window at a time; "
+                    f"whole blocks need model={' or model='.join(able)}")
 
 
 def check_devices(trainer: dict) -> None:

@@ -1,4 +1,5 @@
-"""One LightningDataModule for every corpus: loader -> vocabulary -> id streams -> window batches."""
+"""One LightningDataModule for every corpus: loader -> vocabulary -> id streams -> window batches, or
+batches of whole blocks (`data.block_size`, `nplm.data.blocks`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
 from nplm.data.tokenizers import JOINERS
 from nplm.data.vocabulary import UNK, Vocabulary
-from nplm.data.windows import BatchIndices, GroupedBatches, Windows
+from nplm.data.windows import GroupedBatches, Windows
 from nplm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -52,11 +54,13 @@ class LMDataModule(pl.LightningDataModule):
 
     The vocabulary is counted on `corpus_cfg.vocab_from` ("all" splits as in Bengio et al. 2003, or
     "train"), keeping words seen >= `min_count` times, at most `max_vocab`; others become `<unk>`.
+    With `block_size` T (> 0) the loaders give batches of whole blocks instead (`nplm.data.blocks`):
+    `batch_size` and `eval_batch_size` then count blocks of T predicted tokens each.
     """
 
     def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
                  seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None,
-                 overfit_batches: int = 0):
+                 overfit_batches: int = 0, block_size: int | None = None):
         super().__init__()  # the values were checked against nplm.config.schema
         self.corpus_cfg = dict(corpus_cfg)
         self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
@@ -65,7 +69,8 @@ class LMDataModule(pl.LightningDataModule):
         self.overfit_batches = overfit_batches  # > 0: train, validate and test on these first train batches
         self.ids: dict[str, torch.Tensor] = {}
         self.windows: dict[str, Windows] = {}
-        self._on_device: dict[tuple, Windows] = {}  # (split, device) -> the split's windows there
+        self.block_size = block_size or None  # T; None: window batches
+        self._on_device: dict[tuple, Windows | Blocks] = {}  # (split, device) -> the split's batches' source there
         self.stats: dict[str, SplitStats] = {}
         self.files: dict[str, str] = {}
         self.id_cache: IdStreams | None = None  # the cached id streams of a corpus read line by line
@@ -111,6 +116,10 @@ class LMDataModule(pl.LightningDataModule):
             log.info("corpus %s %s: %d tokens, %d predicted, OOV rate %.4f", cfg["name"], split, s.tokens,
                      s.predicted, s.oov_rate)
         log.info("corpus %s: |V| = %d", cfg["name"], len(self.vocab))
+        predicted = self.stats["train"].predicted
+        if self.block_size and predicted < self.block_size:
+            raise UserError(f"data.block_size={self.block_size}: longer than the {predicted} tokens the train split "
+                            f"of corpus '{cfg['name']}' predicts; use data.block_size <= {predicted}")
 
     def _build_vocab(self, text: CorpusText) -> Vocabulary:
         cfg = self.corpus_cfg
@@ -133,19 +142,29 @@ class LMDataModule(pl.LightningDataModule):
                                        ("test", "limit_test_batches", self.eval_batch_size)):
             limit = trainer_cfg.get(key)
             if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
-                batches = -(-len(self.windows[split]) // batch_size)
+                batches = len(index_batches(self._source(split), batch_size, shuffle=split == "train"))
                 if int(limit * batches) == 0:
+                    units = "blocks" if self.block_size else "windows"
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
-                                    f"of {batch_size} windows); use at least {1 / batches:.3g}, or a count like 1")
+                                    f"of {batch_size} {units}); use at least {1 / batches:.3g}, or a count like 1")
 
-    def _train_windows(self) -> int:
-        """Training windows per epoch: all, or the first `overfit_batches` batches' worth."""
-        n = len(self.windows["train"])
+    def _train_items(self) -> int:
+        """Training windows (whole blocks with `block_size`) per epoch: all, or the first `overfit_batches`
+        batches' worth."""
+        n = self.blocks("train").whole if self.block_size else len(self.windows["train"])
         return min(n, self.overfit_batches * self.batch_size) if self.overfit_batches > 0 else n
 
     def train_batches(self) -> int:
         """Batches in a training epoch (all of them; before trainer.limit_train_batches)."""
-        return -(-self._train_windows() // self.batch_size)
+        return -(-self._train_items() // self.batch_size)
+
+    def blocks(self, split: str) -> Blocks:
+        """The split's blocks of `block_size` tokens (views of its windows' stream)."""
+        return Blocks(self.windows[split].ids, self.context_size, self.block_size)
+
+    def _source(self, split: str) -> Windows | Blocks:
+        """What the split's batches are gathered from: its windows, or its blocks."""
+        return self.blocks(split) if self.block_size else self.windows[split]
 
     def group_training(self, size: int, limit: int | None = None) -> None:
         """The training loader yields lists of `size` consecutive batches, `limit` batches per epoch
@@ -156,9 +175,11 @@ class LMDataModule(pl.LightningDataModule):
         return split in self.windows
 
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
-        dataset = self.windows[split]
+        dataset = self._source(split)
         if self.overfit_batches > 0:  # the same few training batches, in order, for every stage
-            dataset = Windows(self.windows["train"].ids[: self._train_windows() + self.context_size], self.context_size)
+            tokens = self._train_items() * (self.block_size or 1) + self.context_size
+            ids, k = self.windows["train"].ids[:tokens], self.context_size
+            dataset = Blocks(ids, k, self.block_size) if self.block_size else Windows(ids, k)
             batch_size, shuffle = self.batch_size, False
         rank, world, epoch_fn, device = 0, 1, None, torch.device("cpu")
         if self.trainer is not None:
@@ -171,7 +192,7 @@ class LMDataModule(pl.LightningDataModule):
         if (split, device) not in self._on_device:
             self._on_device[split, device] = dataset.to(device)
         dataset = self._on_device[split, device]
-        sampler = BatchIndices(len(dataset), batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
+        sampler = index_batches(dataset, batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
         if split == "train" and (self.train_group > 1 or self.train_limit is not None):
             sampler = GroupedBatches(sampler, self.train_group, self.train_limit)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.

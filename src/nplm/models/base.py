@@ -1,5 +1,7 @@
 """The interface every model of the `model` group meets: context ids [B, k] -> features [B, F].
 
+A model whose positions share work (`trains_on_blocks`) also maps a whole block of ids to the
+features of each of its positions (`block_features`, `data.block_size`; `nplm.data.blocks`).
 Heads read the features; prompting, generation and evaluation of unknown words read the input
 embeddings; a head may tie its output word vectors to the model's (`output_embeddings`).
 """
@@ -20,10 +22,17 @@ class Model(nn.Module):
     config_class: type
     context_size: int
     feature_dim: int
+    trains_on_blocks: bool = False  # has `block_features` (data.block_size is refused for a model without)
 
     def forward(self, context: torch.Tensor) -> torch.Tensor:
         """Context ids `[B, k]` -> features `[B, F]`."""
         return self.features_from_embeddings(self.embed(context))
+
+    def block_features(self, ids: torch.Tensor) -> torch.Tensor:
+        """Ids of a block of T tokens after the k before it `[B, T + k]` -> features `[B, T, F]`, row t
+        the features of the window `ids[:, t : t + k]` (predicting `ids[:, t + k]`); only where
+        `trains_on_blocks`."""
+        raise NotImplementedError(f"{type(self).__name__} has no block_features")
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:
         """The context's input word vectors: ids `[B, k]` -> `[B, k, m]`."""

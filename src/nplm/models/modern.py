@@ -21,6 +21,19 @@ later block adds the summaries' sum back, as in the public code. Dropout is also
 input vectors. `residual=false` drops the residual sums, `layer_norm=false` the LN (ablations of the
 paper's section 3); `summaries=0` with `context_size=window` is a deep NPLM over the window alone.
 
+Whole blocks (`data.block_size` = T, `block_features`): the ids of T consecutive targets and the k
+tokens before them `[B, T + k]` are looked up, scaled and dropped out once (e_1..e_{T+k}), and position
+t = 1..T reads the window e_{t+k-w}..e_{t+k-1} as w shifted views of them and the summaries
+
+    s_j(t) = sum_{p=1}^{k-w} A_{jp} e_{t+p-1},   t = 1..T                 # [B, T, g, d]
+
+a 1-D cross-correlation of each of the d channels of e_1..e_{T+k-w-1} with the kernel A_j: one
+`conv1d` over the B d channels with the g rows of A as its out-channels, instead of T matmuls
+over k - w vectors each; the blocks then run on [B, T, ...] rows. In evaluation the features equal
+window mode's (tests/test_blocks.py); in training each token's vector is dropped out once per block,
+the same way for every position that reads it (as in the paper's code), where window mode draws a
+mask per window.
+
 `context_size` is the whole context k (the model reads k previous tokens), `window` its local part w.
 `tie_embeddings=true`: the head's output word vectors are E itself (the paper's tied adaptive
 softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce).
@@ -34,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from nplm.config.registry import option
@@ -84,7 +98,7 @@ def _summaries_match(m: dict) -> str | None:
 
 
 class Block(nn.Module):
-    """LN(residual + Dropout(W_2 ReLU(W_1 x + b_1) + b_2)): x [B, d_in] -> [B, d]."""
+    """LN(residual + Dropout(W_2 ReLU(W_1 x + b_1) + b_2)): x [..., d_in] -> [..., d]."""
 
     def __init__(self, d_in: int, hidden: int, d: int, dropout: float, layer_norm: bool):
         super().__init__()
@@ -96,16 +110,18 @@ class Block(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
-        out = self.dropout(self.ff(x))  # [B, d]
+        out = self.dropout(self.ff(x))  # [..., d]
         return self.norm(out if residual is None else residual + out)
 
 
 @register_model("modern", keys=ModernConfig,
                 checks=(Check("window", _window_fits), Check("summaries", _summaries_match)))
 class ModernNPLM(Model):
-    """Sun & Iyyer (2021): context ids `[B, k]` -> features h_L `[B, d]` (module docstring)."""
+    """Sun & Iyyer (2021): context ids `[B, k]` -> features h_L `[B, d]`; a block's ids `[B, T + k]`
+    -> features `[B, T, d]` (module docstring)."""
 
     config_class = ModernConfig
+    trains_on_blocks = True
 
     def __init__(self, vocab_size: int, cfg: ModernConfig):
         super().__init__()
@@ -127,17 +143,35 @@ class ModernNPLM(Model):
 
     def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
         """h_L `[B, d]` from the context's word vectors `[B, k, d]` (oldest first)."""
-        k, w, residual = self.context_size, self.cfg.window, self.cfg.residual
+        k, w = self.context_size, self.cfg.window
         e = self.dropout(emb * self.scale)  # [B, k, d]
-        x = e[:, k - w:]  # [B, w, d] the local window
-        memory = None
+        # [g, k - w] @ [B, k - w, d] -> [B, g, d] the distant summaries
+        summaries = self.A @ e[:, : k - w] if self.A is not None else None
+        return self._stack(e[:, k - w:], summaries)  # the local window [B, w, d]
+
+    def block_features(self, ids: torch.Tensor) -> torch.Tensor:
+        """Features `[B, T, d]` of every position of blocks `[B, T + k]` (module docstring: whole blocks)."""
+        k, w = self.context_size, self.cfg.window
+        T = ids.shape[1] - k
+        e = self.dropout(self.embed(ids) * self.scale)  # [B, T + k, d], each vector dropped out once per block
+        window = e[:, k - w: -1].unfold(1, w, 1).transpose(2, 3)  # [B, T, w, d]: row t is e[t + k - w : t + k]
+        summaries = None
         if self.A is not None:
-            s = self.A @ e[:, : k - w]  # [g, k - w] @ [B, k - w, d] -> [B, g, d] the distant summaries
-            x = torch.cat([x, s], dim=1)  # [B, w + g, d]
-            memory = s.sum(1)  # [B, d]
-        h = self.blocks[0](x.flatten(1), x.sum(1) if residual else None)  # [B, d]
+            B, _, d = e.shape
+            distant = e[:, : T + k - w - 1].transpose(1, 2).reshape(B * d, 1, T + k - w - 1)  # [B d, 1, T + k - w - 1]
+            s = F.conv1d(distant, self.A.unsqueeze(1))  # [B d, g, T]: s[b d, j, t] = sum_p A[j, p] e[b, t + p, d]
+            summaries = s.view(B, d, -1, T).permute(0, 3, 2, 1)  # [B, T, g, d]
+        return self._stack(window, summaries)
+
+    def _stack(self, window: torch.Tensor, summaries: torch.Tensor | None) -> torch.Tensor:
+        """h_L `[..., d]` from the local window's vectors `[..., w, d]` and the summaries `[..., g, d]`
+        (None where g = 0): the L blocks of the module docstring, on any leading dimensions."""
+        residual = self.cfg.residual
+        x = window if summaries is None else torch.cat([window, summaries], dim=-2)  # [..., w + g, d]
+        h = self.blocks[0](x.flatten(-2), x.sum(-2) if residual else None)  # [..., d]
+        memory = summaries.sum(-2) if summaries is not None else None  # [..., d]
         for block in self.blocks[1:]:
-            h = block(h, h if residual else None)  # [B, d]
+            h = block(h, h if residual else None)  # [..., d]
             if memory is not None:
                 h = h + memory
         return h

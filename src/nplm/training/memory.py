@@ -3,7 +3,8 @@
 The module is built on PyTorch's `meta` device (shapes only, no memory): its parameters (twice with
 callbacks.ema_decay: their moving average), the optimizer's state after one step (Adam: 2 moments per
 weight, SGD with momentum: 1, plain SGD: 0), the gradients, and the tensors one training batch
-(`data.batch_size`) and one evaluation batch (`data.eval_batch_size`) produce, counted as the meta
+(`data.batch_size`) and one evaluation batch (`data.eval_batch_size`) produce (of windows, or of blocks of
+`data.block_size` tokens), counted as the meta
 forward pass makes them (the head's [B, V] scores where it has them). The sum is compared with the
 memory available now: on a CPU the kernel's MemAvailable (and a cgroup's limit), on a GPU the free
 memory of each device (`torch.cuda.mem_get_info`).
@@ -116,17 +117,17 @@ def _optimizer_state_bytes(module, optimizer: dict, params: int) -> int:
         return 2 * params * FLOAT_BYTES
 
 
-def _batch_bytes(module, batch: int, train: bool) -> int | None:
-    k = module.model.context_size
-    context = torch.zeros(batch, k, dtype=torch.long, device="meta")
-    target = torch.zeros(batch, dtype=torch.long, device="meta")
+def _batch_bytes(module, batch: int, train: bool, block_size: int | None = None) -> int | None:
+    k, T = module.model.context_size, block_size or 0
+    context = torch.zeros(batch, T + k, dtype=torch.long, device="meta")  # [B, k] windows, [B, T + k] blocks
+    target = torch.zeros(batch, *([T] if T else []), dtype=torch.long, device="meta")  # [B] or [B, T]
     count = _CountOutputs()
     try:
         with count, torch.set_grad_enabled(train):
             if train:
-                module.head.loss(module.model(context), target)
+                module.head.loss(*module.features(context, target))
             else:
-                module.head.nll(module.model(context), target)
+                module.head.nll(*module.features(context, target))
     except Exception:
         return None
     if train:  # every forward tensor kept for the backward pass, which holds about two gradients at a time
@@ -156,8 +157,9 @@ def estimate(cfg: DictConfig, vocab, tree=None) -> dict | None:
     per_word = sum(n for _, shape, n in named if vocab_size in shape)  # weights with a row per word
     weights = params * FLOAT_BYTES
     optimizer = _optimizer_state_bytes(module, plain["optimizer"], params)
-    train = _batch_bytes(module, int(cfg.data.batch_size), train=True) or 0
-    evaluation = _batch_bytes(module, int(cfg.data.eval_batch_size), train=False) or 0
+    block_size = cfg.data.get("block_size")
+    train = _batch_bytes(module, int(cfg.data.batch_size), train=True, block_size=block_size) or 0
+    evaluation = _batch_bytes(module, int(cfg.data.eval_batch_size), train=False, block_size=block_size) or 0
     activations = max(train, evaluation)
     averaged = weights if (cfg.get("callbacks") or {}).get("ema_decay") else 0  # callbacks.ema_decay's copy
     return {"params": params, "weights": weights + averaged, "gradients": weights, "optimizer": optimizer,

@@ -100,8 +100,15 @@ class LanguageModel(pl.LightningModule):
         """Context ids `[B, n-1]` -> log-distribution over the next token `[B, V]`."""
         return self.head.log_probs(self.model(context))
 
+    def features(self, context: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features `[N, F]`, targets `[N]`) of a batch: N = B windows (context `[B, k]`, target `[B]`), or
+        N = B T positions of B blocks (ids `[B, T + k]`, targets `[B, T]`: `Model.block_features`, flattened)."""
+        if target.dim() == 1:
+            return self.model(context), target
+        return self.model.block_features(context).flatten(0, 1), target.flatten()  # [B T, F], [B T]
+
     def nll(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.head.nll(self.model(context), target)  # [B]
+        return self.head.nll(*self.features(context, target))  # [N]
 
     # -- training --------------------------------------------------------------------------
     def compile_training_step(self, backend: str | None = None) -> None:
@@ -114,7 +121,7 @@ class LanguageModel(pl.LightningModule):
         self._compiled = True
 
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return self.head.loss(self.model(context), target)  # [B]
+        return self.head.loss(*self.features(context, target))  # [N]
 
     def on_train_start(self) -> None:
         self._direct = self._direct_steps_possible()
@@ -168,9 +175,10 @@ class LanguageModel(pl.LightningModule):
 
     def training_step(self, batches, batch_idx: int) -> dict:
         """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
-        of one Lightning step (`nplm.training.execution`). Each batch gets its own forward, backward and
-        optimizer step, in order, exactly as with one batch per step; Lightning's own cost per step
-        (hooks, callbacks, logging) is paid once per group.
+        (or of blocks, `[(ids [B, T + k], targets [B, T]), ...]`: B T tokens each) of one Lightning step
+        (`nplm.training.execution`). Each batch gets its own forward, backward and optimizer step, in
+        order, exactly as with one batch per step; Lightning's own cost per step (hooks, callbacks,
+        logging) is paid once per group.
 
         No host-device sync: the loss and NLL sums stay on the device; they are read, and checked for
         a NaN/inf, every `log_every_n_steps` optimizer steps and at the end of the epoch."""
@@ -181,7 +189,7 @@ class LanguageModel(pl.LightningModule):
         schedulers = [c.scheduler for c in self.trainer.lr_scheduler_configs if c.interval == "step"]
         max_steps = self.trainer.max_steps
         log_every = options.log_every_n_steps or self.trainer.log_every_n_steps
-        nlls = []  # the batches' per-token losses [B], summed once per group
+        nlls = []  # the batches' per-token losses [N], summed once per group
         done = tokens = 0
         steps_before = self.global_step
         last = len(batches) - 1 if self.trainer.is_last_batch else -1
@@ -190,10 +198,11 @@ class LanguageModel(pl.LightningModule):
                 if 0 < max_steps <= self.global_step:
                     break
                 accumulate = options.accumulate_grad_batches
-                if self._by_hand:  # the gradients of the batch's mean loss, without autograd (nplm.fast.backprop)
+                # the gradients of a window batch's mean loss, without autograd (nplm.fast.backprop)
+                if self._by_hand and target.dim() == 1:
                     nll = backprop.train_loss(self.model, self.head, context, target, 1 / (len(target) * accumulate))
                 else:
-                    nll = self._train_loss(context, target)  # [B]
+                    nll = self._train_loss(context, target)  # [N]
                     loss = nll.mean() / accumulate
                     loss.backward() if self._direct else self.manual_backward(loss)
                 self._epoch_batches += 1

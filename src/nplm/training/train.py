@@ -115,7 +115,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     set_up_process(cfg)
     dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
-                      overfit_batches=cfg.data.get("overfit_batches", 0))
+                      overfit_batches=cfg.data.get("overfit_batches", 0), block_size=cfg.data.get("block_size"))
     dm.setup()
     check_same_data(out_dir, dm.files, resuming=ckpt is not None, sweep=is_multirun())
     dm.require_batches(cfg.trainer)
