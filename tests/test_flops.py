@@ -125,7 +125,8 @@ def test_a_real_matmul_measures_a_positive_peak():
     assert peak.measure_peak(torch.device("cpu"), torch.float32, seconds=0.01) > 1e6
 
 
-def test_a_run_records_its_flops_and_mfu(run_train, tmp_path):
+def test_a_run_records_its_flops_and_mfu(run_train, tmp_path, monkeypatch):
+    monkeypatch.setattr(peak, "_measured", {})  # as in a new process: measured and cached in this run's data dir
     metrics = run_train(*TOY_FAST)  # context 3, embeddings 8, 16 hidden units, batch 32, 42 words
     step = nplm_softmax_flops(B=32, k=3, m=8, h=16, V=42, direct=True)
     assert metrics["train/flops_per_step"] == step and metrics["train/flops_per_token"] == step / 32
@@ -136,6 +137,14 @@ def test_a_run_records_its_flops_and_mfu(run_train, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     assert len(rows) == 2 and all(0 < float(r["train/mfu"]) < 1 for r in rows)
     assert (tmp_path / "data" / peak.CACHE_FILE).is_file()
+
+
+def test_a_block_run_counts_every_position_of_its_blocks(run_train):
+    """data.block_size=5: a training batch is up to 32 blocks of 5 tokens (the toy corpus has 23 whole
+    blocks), every position through the head: 115 tokens a step, not 23."""
+    metrics = run_train(*TOY_FAST, "model=modern", "model.context_size=4", "model.window=2", "model.summaries=1",
+                        "data.block_size=5", "trainer.max_epochs=1")
+    assert metrics["train/flops_per_step"] / metrics["train/flops_per_token"] == 115
 
 
 def test_counting_changes_no_number_of_the_run(run_train, tmp_path, monkeypatch):

@@ -154,10 +154,10 @@ def test_the_wikitext103_recipe_trains_on_a_small_corpus(run_train, tmp_path):
     overrides = ["experiment=sun2021/wikitext103", *text_files(tmp_path), "debug=fast", "trainer.limit_train_batches=2",
                  "model.num_layers=2", "model.hidden_dim=32", "model.first_hidden_dim=16", "model.embed_dim=8",
                  "model.context_size=40",
-                 "data.batch_size=32", "data.eval_batch_size=256"]
+                 "data.batch_size=2", "data.eval_batch_size=2"]
     cfg = compose_cfg(tmp_path, *overrides)
-    assert (cfg.optimizer.warmup_steps, cfg.optimizer.cosine, cfg.trainer.max_steps, cfg.trainer.gradient_clip_val) == (
-        4000, True, 200000, 0.25)
+    assert (cfg.optimizer.warmup_steps, cfg.optimizer.cosine, cfg.trainer.max_steps, cfg.trainer.gradient_clip_val,
+            cfg.data.block_size) == (4000, True, 200000, 0.25, 512)
     metrics = run_train(*overrides)
     assert metrics["test/ppl"] > 1
 

@@ -142,7 +142,7 @@ class LMDataModule(pl.LightningDataModule):
                                        ("test", "limit_test_batches", self.eval_batch_size)):
             limit = trainer_cfg.get(key)
             if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
-                batches = len(index_batches(self._source(split), batch_size, shuffle=split == "train"))
+                batches = len(index_batches(self.source(split), batch_size, shuffle=split == "train"))
                 if int(limit * batches) == 0:
                     units = "blocks" if self.block_size else "windows"
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
@@ -162,7 +162,7 @@ class LMDataModule(pl.LightningDataModule):
         """The split's blocks of `block_size` tokens (views of its windows' stream)."""
         return Blocks(self.windows[split].ids, self.context_size, self.block_size)
 
-    def _source(self, split: str) -> Windows | Blocks:
+    def source(self, split: str) -> Windows | Blocks:
         """What the split's batches are gathered from: its windows, or its blocks."""
         return self.blocks(split) if self.block_size else self.windows[split]
 
@@ -175,7 +175,7 @@ class LMDataModule(pl.LightningDataModule):
         return split in self.windows
 
     def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
-        dataset = self._source(split)
+        dataset = self.source(split)
         if self.overfit_batches > 0:  # the same few training batches, in order, for every stage
             tokens = self._train_items() * (self.block_size or 1) + self.context_size
             ids, k = self.windows["train"].ids[:tokens], self.context_size

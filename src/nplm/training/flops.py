@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from nplm.data.blocks import Blocks
 from nplm.data.windows import Windows
 from nplm.training.peak import Peak, device_peak, precision_of
 
@@ -49,10 +50,12 @@ def extra_formulas() -> dict:
     return {torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops} if onednn_linear_works() else {}
 
 
-def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor) -> int:
+def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor,
+                     features: Callable | None = None) -> int:
     """FLOPs of forward + backward of `head.loss(model(context), target).mean()` (context `[B, k]`,
-    target `[B]`) in training mode. Leaves the modules as they were: their mode, their gradients, and
-    the random number generators of the CPU and of the batch's GPU."""
+    target `[B]`) in training mode; `features(context, target) -> (features [N, F], target [N])` in
+    place of the model's own for block batches (`LanguageModel.features`). Leaves the modules as they
+    were: their mode, their gradients, and the random number generators of the CPU and of the batch's GPU."""
     params = list({id(p): p for m in (model, head) for p in m.parameters()}.values())
     grads = [p.grad for p in params]
     modes = [m.training for m in (model, head)]
@@ -62,7 +65,7 @@ def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, t
     try:
         with torch.random.fork_rng(devices=gpus), FlopCounterMode(display=False, custom_mapping=extra_formulas()) as c:
             model.train(), head.train()
-            head.loss(model(context), target).mean().backward()
+            head.loss(*(features or (lambda c, t: (model(c), t)))(context, target)).mean().backward()
     finally:
         for p, grad in zip(params, grads):
             p.grad = grad
@@ -70,10 +73,11 @@ def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, t
     return c.get_total_flops()
 
 
-def sample_batch(windows: Windows, batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """`batch_size` training windows (fewer if there are fewer), drawn with a generator of their own:
-    (context [B, k], target [B]) on `device`."""
-    n = len(windows)
+def sample_batch(windows: Windows | Blocks, batch_size: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch_size` training windows or whole blocks (fewer if there are fewer), drawn with a generator of
+    their own: (context [B, k], target [B]) or (ids [B, T + k], targets [B, T]) on `device`."""
+    n = windows.whole if isinstance(windows, Blocks) else len(windows)  # (whole blocks only)
     index = torch.randint(n, (min(batch_size, n),), generator=torch.Generator().manual_seed(0))
     context, target = windows[index]
     return context.to(device), target.to(device)
@@ -113,15 +117,15 @@ class FlopCount(pl.Callback):
     hand the `FlopReport` to the LightningModule (`pl_module.flops`: its per-epoch `train/mfu`, the
     progress lines), to the loggers (as hyperparameters) and to `on_count`."""
 
-    def __init__(self, windows: Windows, batch_size: int, data_dir: str | Path,
+    def __init__(self, windows: Windows | Blocks, batch_size: int, data_dir: str | Path,
                  on_count: Callable[[FlopReport], None] | None = None):
-        """`windows`: the training windows; `data_dir`: where a measured peak is cached."""
+        """`windows`: the training windows (or blocks); `data_dir`: where a measured peak is cached."""
         self.windows, self.batch_size, self.data_dir, self.on_count = windows, batch_size, data_dir, on_count
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         device = pl_module.device
         context, target = sample_batch(self.windows, self.batch_size, device)
-        step = count_step_flops(pl_module.model, pl_module.head, context, target)
+        step = count_step_flops(pl_module.model, pl_module.head, context, target, features=pl_module.features)
         tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
         report = FlopReport(step, target.numel(), device_peak(device, precision_of(trainer.precision, tf32),
                                                               self.data_dir))

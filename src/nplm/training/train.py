@@ -147,7 +147,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         record.data["flops"] = report.as_dict()
         record.save()
 
-    flop_count = FlopCount(dm.windows["train"], cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
+    flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
     failed = True
     try:
         trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count])
