@@ -42,6 +42,15 @@ def needs(module: str):
     return pytest.mark.skipif(not installed(module), reason=f"{module} not installed (pip install -e '.[sweep]')")
 
 
+def test_the_heads_preset_sweeps_every_registered_head():
+    """+sweep=heads says "every output layer": a head registered later joins it, or this fails."""
+    from nplm.config import CONF_DIR
+    from nplm.heads import HEADS
+
+    params = yaml.safe_load((CONF_DIR / "sweep" / "heads.yaml").read_text())["hydra"]["sweeper"]["params"]
+    assert sorted(params["head"].split(",")) == HEADS.names()
+
+
 def test_context_length_preset_runs_six_jobs(tmp_path):
     nplm_train(tmp_path, "-m", "+sweep=context_length", *FAST, "threads=1", f"hydra.sweep.dir={tmp_path / 's'}")
     got = sorted(int(next(o for o in r["overrides"] if o.startswith("model.context_size=")).split("=")[1])
