@@ -196,22 +196,44 @@ def best_epoch(history: list[dict]) -> int:
     return 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
 
 
-def stopped_by(history: list[dict], patience: int) -> str:
-    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
-    epoch), a time limit (`trainer.max_time` or `stop_at` cuts the last epoch short), or the epoch cap.
-    An epoch is whole when it made as many optimizer steps as the longest epoch (the `step` column);
-    records without it fall back to its time (a cut epoch is under 0.8x the median), which a shared
-    machine's varying speed can fool."""
+def last_epoch_cut(history: list[dict]) -> bool:
+    """Whether a time limit (`trainer.max_time` or `stop_at`) cut the run's last epoch short. An epoch is whole
+    when it made as many optimizer steps as the longest epoch (the `step` column); records without it fall back
+    to its time (a cut epoch is under 0.8x the median), which a shared machine's varying speed can fool."""
     if len(history) > 1 and all("step" in r for r in history):  # (the step column counts from 0: the first
         steps = [history[0]["step"]] + [b["step"] - a["step"] for a, b in zip(history, history[1:])]  # epoch's own)
-        partial = steps[-1] < max(steps)
-    else:
-        times = sorted(r["train/epoch_time_s"] for r in history)
-        partial = len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+        return steps[-1] < max(steps)
+    times = sorted(r["train/epoch_time_s"] for r in history)
+    return len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
+
+
+def stopped_by(history: list[dict], patience: int) -> str:
+    """What ended a run: early stopping (`patience` epochs without a better val/ppl, the last one a whole
+    epoch), a time limit (`last_epoch_cut`), or the epoch cap."""
     best = best_epoch(history)
-    if partial:
+    if last_epoch_cut(history):
         return f"time limit ({len(history) - best} epochs after the best)"
     return "early stopping" if len(history) - best >= patience else "epoch limit"
+
+
+def finished(result: dict) -> bool:
+    """A row that ran as planned, which a target line may count: not marked unconverged, and not stopped by a
+    time limit (its last epoch cut, fewer epochs than planned)."""
+    return result.get("converged") is not False and not (result.get("stopped_by") or "").startswith("time limit")
+
+
+UNFINISHED = "*"  # on a row that did not finish (a time limit stopped it); target lines count finished rows only
+
+
+def row_marks(result: dict) -> str:
+    """A table cell's marks: UNFINISHED where the row did not finish, and its `provenance_mark`."""
+    return ("" if finished(result) else UNFINISHED) + provenance_mark(result)
+
+
+def seconds_per_epoch(epoch_times: list[float], cut: bool) -> float:
+    """The mean time of the whole epochs: a `cut` last epoch (stopped by a time limit) is left out."""
+    whole = epoch_times[:-1] if cut and len(epoch_times) > 1 else epoch_times
+    return round(sum(whole) / len(whole), 1)
 
 
 def machine_line(machine: dict) -> str:
@@ -221,14 +243,14 @@ def machine_line(machine: dict) -> str:
 
 
 def run_summary(record: dict, command: str) -> dict:
-    """The figures a replication table reports about one finished run."""
+    """The figures a replication table reports about one finished run (the time of an epoch: of the whole ones)."""
     history = record["history"]
     machine = record["machine"]
     return {"command": command, "git_commit": record["git_commit"],
             "machine": machine_line(machine),
             "epochs": len(history),
             "best_epoch": best_epoch(history),
-            "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
+            "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history], last_epoch_cut(history)),
             "wall_time_s": round(record["wall_time_s"]),
             "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
 
@@ -238,9 +260,64 @@ def load_result(results: Path, name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def write_result(results: Path, name: str, result: dict) -> None:
+ALLOW_DIRTY = "NPLM_ALLOW_DIRTY"  # =1: keep a result written from uncommitted code or an unrecorded commit, marked
+MARK = "\u2020"  # the dagger every table puts on a figure from such a result
+
+
+def result_commit(result: dict) -> str | None:
+    """The commit a result file records: "git_commit" (the replication drivers) or "commit" (scale)."""
+    return result.get("git_commit", result.get("commit"))
+
+
+def clean_commit(commit: str | None) -> bool:
+    """A commit that names the code exactly: recorded (not "unknown", the benchmarks' word for none), and not
+    "-dirty" / "+dirty" (uncommitted changes)."""
+    return bool(commit) and commit != "unknown" and not commit.endswith("dirty")
+
+
+def short_commit(commit: str | None) -> str:
+    """A commit as a README names it: "3a4b020", "3a4b020-dirty" (or "+dirty"), or "unrecorded"."""
+    if not commit or commit == "unknown":
+        return "unrecorded"
+    return commit[:7] + ("" if clean_commit(commit) else commit[-6:])
+
+
+def provenance_mark(result: dict | None) -> str:
+    """MARK for a result from uncommitted code or an unrecorded commit, else "" (also for no result)."""
+    return "" if result is None or clean_commit(result_commit(result)) else MARK
+
+
+def provenance_footnote(results) -> list[str]:
+    """The one line explaining MARK, as a list to add to a README: empty when no result in `results` is marked."""
+    commits = {result_commit(r) for r in results if provenance_mark(r)}
+    if not commits:
+        return []
+    dirty = sorted(f"`{short_commit(c)}`" for c in commits if c and c != "unknown")
+    unrecorded = any(not c or c == "unknown" for c in commits)
+    where = [f"uncommitted code ({', '.join(dirty)})"] * bool(dirty) + ["an unrecorded commit"] * unrecorded
+    return [f"{MARK} trained or measured from {' or '.join(where)}: no commit holds exactly the code behind the "
+            f"figure; run the row again from a clean checkout to replace it."]
+
+
+def writable(name: str, result: dict) -> bool:
+    """Whether a result may be written: its commit is clean, or the environment has NPLM_ALLOW_DIRTY=1 (then its
+    tables mark it). Else one line says why not; the row's run folder stays, so the driver run again with the
+    variable writes it."""
+    commit = result_commit(result)
+    if clean_commit(commit) or os.environ.get(ALLOW_DIRTY) == "1":
+        return True
+    print(f"{name}: result not written, commit {commit or 'unrecorded'}: commit the code and run the row again, "
+          f"or {ALLOW_DIRTY}=1 to keep it, marked {MARK}", flush=True)
+    return False
+
+
+def write_result(results: Path, name: str, result: dict) -> bool:
+    """Write results/<name>.json unless `writable` refuses it; returns whether it was written."""
+    if not writable(name, result):
+        return False
     Path(results).mkdir(parents=True, exist_ok=True)
     (Path(results) / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    return True
 
 
 def pct(value: float, reference: float, digits: int = 1) -> str:

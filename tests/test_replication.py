@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -157,7 +158,8 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
 
     run = bengio_driver()
     monkeypatch.setattr(run, "RESULTS", tmp_path)
-    common = {"epochs": 9, "best_epoch": 7, "train_s_per_epoch": 800.0, "parameters": 5_000_000, "mixture": None}
+    common = {"epochs": 9, "best_epoch": 7, "train_s_per_epoch": 800.0, "parameters": 5_000_000, "mixture": None,
+              "git_commit": "abcdef0123"}
     (tmp_path / "converged-mlp9-lr0.384.json").write_text(json.dumps({**common, "row": "mlp9", "lr": 0.384,
                                                                       "valid": 250.0, "test": 237.9}))
     assert "Target (issue 27): test 226.0 or lower, 5% below MLP9 `converged` (237.9): not measured" in run.sun2021_table()
@@ -177,7 +179,17 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
             "- output vectors apart from the input table: test 241.5 (+5.0%), valid 250.0 (+4.2%)\n"
             "- window of 16 (16 averaged): test 225.4 (-2.0%), valid 230.0 (-4.2%); not yet at early stopping, "
             "so an upper bound\n") in text
-    assert "230.0, 3.3% below (missed by 4.0; not yet at early stopping)." in text
+    # the recipe stopped by a time limit: shown, not judged
+    assert "5% below MLP9 `converged` (237.9): not judged: the row has not finished (time limit (1 epochs after " \
+           "the best); test 230.0 so far)." in text
+    (tmp_path / "sun2021.json").write_text(json.dumps({**common, "valid": 240.0, "test": 230.0, "converged": True,
+                                                       "stopped_by": "early stopping"}))
+    assert "(237.9): 230.0, 3.3% below (missed by 4.0)." in run.sun2021_table()
+    # a better network of Table 1 that a time limit stopped is not the reference
+    (tmp_path / "converged-mlp1-lr0.384.json").write_text(json.dumps({
+        **common, "row": "mlp1", "lr": 0.384, "valid": 240.0, "test": 220.0,
+        "stopped_by": "time limit (2 epochs after the best)"}))
+    assert "(237.9): 230.0, 3.3% below (missed by 4.0)." in run.sun2021_table()
 
 
 def test_a_modern_nplm_row_result_keeps_what_stopped_it_and_its_validation_curve(tmp_path, monkeypatch):
@@ -325,3 +337,64 @@ def test_a_run_record_names_a_gpu_only_where_the_run_trains_on_one(monkeypatch):
     assert gpu_trained_on(OmegaConf.create({"trainer": {"accelerator": "cpu"}})) is None  # a CPU run on a GPU machine
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_trained_on(OmegaConf.create({"trainer": {"accelerator": "auto"}})) is None
+
+
+@pytest.mark.parametrize("key, commit", [("git_commit", "3a4b0201583b0c73a09ed6d9bb32429483aa4aa6-dirty"),
+                                         ("git_commit", None), ("commit", "595705d+dirty"), ("commit", "unknown")])
+def test_a_result_from_a_dirty_or_unrecorded_commit_is_refused_unless_allowed(tmp_path, monkeypatch, capsys, key,
+                                                                              commit):
+    from replication import write_result
+
+    monkeypatch.delenv("NPLM_ALLOW_DIRTY", raising=False)
+    assert write_result(tmp_path, "row", {"row": "row", key: commit, "valid": 1.0}) is False
+    assert not (tmp_path / "row.json").exists()
+    shown = "unrecorded" if commit is None else commit
+    assert capsys.readouterr().out == (f"row: result not written, commit {shown}: commit the code and run the row "
+                                       "again, or NPLM_ALLOW_DIRTY=1 to keep it, marked \u2020\n")
+    monkeypatch.setenv("NPLM_ALLOW_DIRTY", "1")
+    assert write_result(tmp_path, "row", {"row": "row", key: commit, "valid": 1.0}) is True
+    assert json.loads((tmp_path / "row.json").read_text())[key] == commit
+
+
+def test_a_result_from_a_clean_commit_is_written_without_a_word(tmp_path, monkeypatch, capsys):
+    from replication import write_result
+
+    monkeypatch.delenv("NPLM_ALLOW_DIRTY", raising=False)
+    assert write_result(tmp_path, "row", {"row": "row", "git_commit": "3a4b0201583b0c73a09ed6d9bb32429483aa4aa6"})
+    assert json.loads((tmp_path / "row.json").read_text())["git_commit"].startswith("3a4b020")
+    assert capsys.readouterr().out == ""
+
+
+def test_the_provenance_mark_and_its_footnote():
+    from replication import provenance_footnote, provenance_mark, short_commit
+
+    clean, dirty = {"git_commit": "3a4b0201583b0c73a09ed6d9bb32429483aa4aa6"}, {"commit": "595705d+dirty"}
+    assert [provenance_mark(r) for r in (clean, dirty, {"git_commit": None}, {}, None)] == ["", "†", "†", "†", ""]
+    assert [short_commit(c) for c in ("3a4b0201583b", "3a4b0201583b-dirty", None, "unknown")] == [
+        "3a4b020", "3a4b020-dirty", "unrecorded", "unrecorded"]
+    assert provenance_footnote([clean]) == []
+    assert provenance_footnote([clean, dirty, {"git_commit": "ea0914f6138f-dirty"}, {"row": "ngram"}]) == [
+        "† trained or measured from uncommitted code (`595705d+dirty`, `ea0914f-dirty`) or an unrecorded commit: no "
+        "commit holds exactly the code behind the figure; run the row again from a clean checkout to replace it."]
+
+
+def test_a_row_stopped_by_a_time_limit_is_not_finished_and_its_cut_epoch_is_not_averaged():
+    from replication import finished, seconds_per_epoch
+
+    assert finished({"converged": True, "stopped_by": "early stopping"})
+    assert finished({"row": "kn5"})  # an n-gram: nothing stops it
+    assert not finished({"converged": False, "stopped_by": "early stopping"})
+    assert not finished({"converged": True, "stopped_by": "time limit (0 epochs after the best)"})
+    times = [570.0, 512.0, 582.0, 530.0, 562.0, 522.0, 41.0]  # the 7th epoch cut after 41 s
+    assert seconds_per_epoch(times, cut=True) == 546.3
+    assert seconds_per_epoch(times, cut=False) == 474.1
+    assert seconds_per_epoch([41.0], cut=True) == 41.0  # one epoch: nothing else to average
+
+
+def test_run_summary_averages_the_whole_epochs_only():
+    history = [{"epoch": e, "step": s, "val/ppl": 300.0 - e, "train/epoch_time_s": t}
+               for e, (s, t) in enumerate([(99, 500.0), (199, 520.0), (229, 60.0)])]  # the third cut at 30 steps
+    record = {"history": history, "git_commit": "abc", "wall_time_s": 1100.0,
+              "machine": {"platform": "Linux", "cpus": 2, "torch_threads": 1},
+              "metrics": {"val/ppl_best": 298.0, "test/ppl": 290.0}}
+    assert run_summary(record, "nplm-train")["train_s_per_epoch"] == 510.0

@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, class_ngram, corpus_datamodule, load_result, machine, pct, run_summary,
-                              stopped_by, train_row, valid_test, write_result)
+from replication import (DATA_DIR, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
+                         provenance_footnote, provenance_mark, row_marks, run_summary, stopped_by, train_row,
+                         valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -77,6 +78,7 @@ CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpu
 def count_ngrams(keys: list[str], rerun: bool) -> None:
     """Fit each missing n-gram row (each chosen one with `rerun`) on train and write its valid/test perplexity."""
     from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
+    from nplm.tracking.records import git_commit
 
     todo = [k for k in keys if rerun or not (RESULTS / f"ngram-{k}.json").exists()]
     if not todo:
@@ -90,12 +92,13 @@ def count_ngrams(keys: list[str], rerun: bool) -> None:
             model = build_ngram(key, dm)
         fit_s = time.perf_counter() - start
         result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
+                  "git_commit": git_commit(),
                   "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
                   "min_count": getattr(model, "min_count", None),
                   "command": f"python experiments/bengio2003/run.py --rows {key}",
                   **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
-        write_result(RESULTS, f"ngram-{key}", result)
-        print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
+        if write_result(RESULTS, f"ngram-{key}", result):
+            print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
 
 
 def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | None = None,
@@ -122,9 +125,9 @@ def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | 
         summary["machine"] += f", {torch.cuda.get_device_name()}"
     result = {"row": row, "recipe": recipe, "lr": lr, **summary,
               "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2), "mixture": mixed}
-    write_result(RESULTS, name, result)
-    print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
-          f"{mixed['test']['mix_fixed']:.1f}", flush=True)
+    if write_result(RESULTS, name, result):
+            print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
+              f"{mixed['test']['mix_fixed']:.1f}", flush=True)
 
 
 def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[str] = ()) -> None:
@@ -142,9 +145,9 @@ def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[st
               "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
               "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
               "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
-    write_result(RESULTS, row, result)
-    print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
-          f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+    if write_result(RESULTS, row, result):
+        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
+              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
 
 
 # -- the README ------------------------------------------------------------------------------------
@@ -166,19 +169,19 @@ def tables() -> str:
              "|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     for row, (n, h, m, direct, alone, mixed, mixed_name) in NETWORKS.items():
         runs = {r: _load(f"{r}-{row}") for r in RECIPES}
-        cells = [valid_test(runs[r]["valid"], runs[r]["test"]) if runs[r] else "" for r in RECIPES]
+        cells = [valid_test(runs[r]["valid"], runs[r]["test"]) + row_marks(runs[r]) if runs[r] else "" for r in RECIPES]
         published = valid_test(*alone) if alone else "not in the paper"
         lines.append(f"| {row.upper()} | {n} | {h} | {m} | {'yes' if direct else 'no'} | no | {published} | "
                      + " | ".join(cells) + " |")
         cells = [valid_test(runs[r]["mixture"]["valid"]["mix_fixed"], runs[r]["mixture"]["test"]["mix_fixed"])
-                 if runs[r] else "" for r in RECIPES]
+                 + row_marks(runs[r]) if runs[r] else "" for r in RECIPES]
         lines.append(f"| {mixed_name} | {n} | {h} | {m} | {'yes' if direct else 'no'} | yes | "
                      f"{valid_test(*mixed) if mixed else 'not in the paper'} | "
                      + " | ".join(cells) + " |")
     for key, (label, published) in NGRAMS.items():
         got = _load(f"ngram-{key}")
         lines.append(f"| {label} | | | | | | {valid_test(*published) if published else ''} | "
-                     f"{valid_test(got['valid'], got['test']) if got else ''} | |")
+                     f"{valid_test(got['valid'], got['test']) + row_marks(got) if got else ''} | |")
     lines += ["", "Mixture weights fitted by EM on validation (network share w; 0.5/0.5 above):", "",
               "| row | recipe | w | valid | test | network alone, test |", "|---|---|---:|---:|---:|---:|"]
     runs_table = ["| row | recipe | epochs | best epoch | stopped by | step sizes tried: valid | train s/epoch | "
@@ -190,22 +193,27 @@ def tables() -> str:
             if not got:
                 continue
             mixed = got["mixture"]
-            lines.append(f"| {row.upper()} | {recipe} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
+            lines.append(f"| {row.upper()} | {recipe}{row_marks(got)} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
                          f"{mixed['test']['mix_em']:.1f} | {got['test']:.1f} |")
             stopped = got.get("stopped_by", "")
             tried = ", ".join(f"{lr}: {v}" for lr, v in got.get("lr_candidates", {}).items())
-            runs_table.append(f"| {row.upper()} | {recipe} | {got['epochs']} | {got['best_epoch']} | {stopped} | {tried} | "
+            runs_table.append(f"| {row.upper()} | {recipe}{row_marks(got)} | {got['epochs']} | {got['best_epoch']} | {stopped} | {tried} | "
                               f"{got['train_s_per_epoch']:.0f} | {got['train_s_per_epoch'] * got['epochs'] / 60:.0f} | "
                               f"`{got['command']}` | "
                               f"{got['machine']} |")
-    return ("\n".join(lines + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n\n"
-            + sun2021_table() + "\n")
+    shown = [r for name in [*(f"{recipe}-{row}" for recipe in RECIPES for row in NETWORKS),
+                            *(f"ngram-{key}" for key in NGRAMS), *SUN2021] if (r := _load(name))]
+    unfinished = ["", f"`{replication.UNFINISHED}`: stopped by a time limit before early stopping: shown, not counted by the "
+                      "lines below."] if not all(map(finished, shown)) else []
+    return ("\n".join(lines + unfinished + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n\n"
+            + sun2021_table() + "\n" + "".join(f"\n{line}\n" for line in provenance_footnote(shown)))
+
 
 
 def best_network() -> tuple[str, float] | None:
-    """(row, test perplexity) of the best network of Table 1 under any recipe."""
+    """(row, test perplexity) of the best finished network of Table 1 under any recipe."""
     nets = [(f"{row.upper()} `{recipe}`", r["test"]) for row in NETWORKS for recipe in RECIPES
-            if (r := _load(f"{recipe}-{row}"))]
+            if (r := _load(f"{recipe}-{row}")) and finished(r)]
     return min(nets, key=lambda t: t[1]) if nets else None
 
 
@@ -228,7 +236,7 @@ def sun2021_table() -> str:
             continue
         star = "" if r["converged"] else "*"
         versus = pct(r['test'], recipe['test']) if recipe else ""
-        lines.append(f"| {row} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
+        lines.append(f"| {row}{provenance_mark(r)} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
                      + (pct(r['test'], best[1]) if best else "")
                      + f" | {r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
     lines += ["", *sun2021_parts(recipe), ""]
@@ -238,10 +246,12 @@ def sun2021_table() -> str:
     target = f"Target (issue 27): test {goal:.1f} or lower, {100 * SUN2021_GAIN:.0f}% below {best[0]} ({best[1]:.1f}): "
     if not recipe:
         return "\n".join(lines + [target + "not measured (the row has not run)."])
+    if not finished(recipe):
+        return "\n".join(lines + [target + f"not judged: the row has not finished ({recipe['stopped_by']}; "
+                                            f"test {recipe['test']:.1f} so far)."])
     met = recipe["test"] <= goal
     lines.append(target + f"{recipe['test']:.1f}, {100 * (1 - recipe['test'] / best[1]):.1f}% below "
-                 + f"({'met' if met else 'missed by ' + format(recipe['test'] - goal, '.1f')}"
-                 + ("" if recipe["converged"] else "; not yet at early stopping") + ").")
+                 + f"({'met' if met else 'missed by ' + format(recipe['test'] - goal, '.1f')}).")
     return "\n".join(lines)
 
 
@@ -264,14 +274,17 @@ def conclusions() -> str:
     ngram_tests = {k: r["test"] for k in NGRAMS if (r := _load(f"ngram-{k}"))}
     out = []
     for recipe in RECIPES:
-        nets = {row: r for row in NETWORKS if (r := _load(f"{recipe}-{row}"))}
+        loaded = {row: r for row in NETWORKS if (r := _load(f"{recipe}-{row}"))}
+        nets = {row: r for row, r in loaded.items() if finished(r)}
+        left_out = [row.upper() for row in loaded if row not in nets]
         if not nets or not ngram_tests:
             continue
         best_row = min(nets, key=lambda row: nets[row]["test"])
         best_ngram = min(ngram_tests, key=ngram_tests.get)
         gain = 1 - nets[best_row]["test"] / ngram_tests[best_ngram]
         helps = sum(r["mixture"]["test"]["mix_fixed"] < r["test"] for r in nets.values())
-        out.append(f"- `{recipe}`: the best network, {best_row.upper()}, test {nets[best_row]['test']:.1f}, is {100 * abs(gain):.1f}% "
+        out.append(f"- `{recipe}`" + (f" ({', '.join(left_out)} not finished, left out)" if left_out else "")
+                   + f": the best network, {best_row.upper()}, test {nets[best_row]['test']:.1f}, is {100 * abs(gain):.1f}% "
                    f"{'below' if gain >= 0 else 'above'} the best n-gram ({best_ngram}) {ngram_tests[best_ngram]:.1f} "
                    f"(paper: networks beat the best "
                    f"n-gram by >= 15%). Mixing with the trigram lowers test perplexity for {helps} of {len(nets)} networks. "

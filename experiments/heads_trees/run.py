@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
-from replication import load_result, run_summary, train_row, write_result
+from replication import load_result, provenance_footnote, provenance_mark, run_summary, train_row, write_result
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
@@ -57,26 +57,28 @@ def train_variant(name: str, epochs: int, threads: int, rerun: bool) -> None:
               "driver_command": f"python experiments/heads_trees/run.py --epochs {epochs} --only {name}"}
     if record.get("tree"):  # the tree's statistics (tree.stats)
         result["tree"] = record["tree"]
-    write_result(RESULTS, name, result)
-    print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
+    if write_result(RESULTS, name, result):
+        print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
 
 
 def table() -> str:
-    rows, machines = [], []
+    rows, machines, shown = [], [], []
     for name in VARIANTS:
         got = load_result(RESULTS, name)
         if got is None:
             continue
+        shown.append(got)
         if got["machine"] not in machines:
             machines.append(got["machine"])
         tree = got.get("tree") or {}
         tree_cell = (f"depth {tree['mean_depth']:.1f} (max {tree['max_depth']}), code {tree['expected_code_length_bits']:.2f} "
                      f"bits / entropy {tree['unigram_entropy_bits']:.2f}" if tree else "")
-        rows.append(f"| {name} | {got['valid']:.1f} | {got['test']:.1f} | "
+        rows.append(f"| {name}{provenance_mark(got)} | {got['valid']:.1f} | {got['test']:.1f} | "
                     f"{got['epochs']} | {got['train_s_per_epoch']:.0f} | {tree_cell} |")
     header = ["| variant | best valid ppl | test ppl | epochs | train s/epoch | tree |", "|---|---:|---:|---:|---:|---|"]
     where = f"Machine{'s' if len(machines) > 1 else ''}: {'; '.join(machines)}." if machines else ""
-    return "\n".join(header + rows) + "\n\n" + where + "\n"
+    footnote = "".join(f"\n{line}\n" for line in provenance_footnote(shown))
+    return "\n".join(header + rows) + "\n\n" + where + "\n" + footnote
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, corpus_datamodule, load_result, machine, pct, read_record, run_summary, stopped_by,
-                         valid_test, write_result)
+from replication import (DATA_DIR, corpus_datamodule, finished, load_result, machine, pct, provenance_footnote,
+                         provenance_mark, read_record, row_marks, run_summary, stopped_by, valid_test, write_result)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -109,8 +109,8 @@ def train_network(row: str, threads: int, deadline: float | None, extra: list[st
     run_dir = OUT / row
     record = read_record(run_dir)
     if converged(record):
-        write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0]))
-        print(f"{row}: converged earlier, result rewritten from {run_dir}", flush=True)
+        if write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0])):
+            print(f"{row}: converged earlier, result rewritten from {run_dir}", flush=True)
         return
     overrides = row_overrides(row)
     if overrides is None:
@@ -120,9 +120,9 @@ def train_network(row: str, threads: int, deadline: float | None, extra: list[st
                                               PATIENCE, MAX_EPOCHS, TEST_MARGIN_S)
     if record is not None:
         result = network_result(row, record, overrides)
-        write_result(RESULTS, row, result)
-        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
-              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+        if write_result(RESULTS, row, result):
+            print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
+                  f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
 
 
 # -- time per example (item 5) --------------------------------------------------------------------------------
@@ -180,7 +180,10 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
             train_rate, test_rate = rates(head_cfg)
             old = best.get(name, [0.0, 0.0])
             best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
-    write_result(RESULTS, "timing", {"vocab_size": V, "machine": machine(), "rounds": rounds, "steps": steps,
+    from nplm.tracking.records import git_commit
+
+    write_result(RESULTS, "timing", {"vocab_size": V, "machine": machine(), "git_commit": git_commit(),
+                                     "rounds": rounds, "steps": steps,
                                      "model": model_cfg, "examples_per_s": best,
                                      "command": "python experiments/mnih2009/run.py --rows timing"})
 
@@ -198,15 +201,19 @@ def tables(results: Path | None = None, morin: Path | None = None) -> str:
         got = load_result(results, row)
         theirs = load_result(morin, nplm_row) if nplm_row else None
         tree = (got or {}).get("tree") or {}
-        cells = [row, tree.get("kind", ""), f"{tree['codes_per_word']:.2f}" if tree else "",
+        cells = [row + provenance_mark(got), tree.get("kind", ""), f"{tree['codes_per_word']:.2f}" if tree else "",
                  valid_test(got["valid"], got["test"], 1) if got else "",
                  pct(got["test"], lbl["test"]) if got and lbl else "",
-                 f"{got['epochs']} / {got['best_epoch']}{'' if got.get('converged') else '*'}" if got else "",
+                 f"{got['epochs']} / {got['best_epoch']}{'' if finished(got) else '*'}" if got else "",
                  got.get("stopped_by", "") if got else "", paper, nplm_row or "",
-                 f"{theirs['test']:.1f}" if theirs else "",
+                 f"{theirs['test']:.1f}{provenance_mark(theirs)}" if theirs else "",
                  pct(theirs["test"], nplm["test"]) if theirs and nplm else ""]
         lines.append("| " + " | ".join(cells) + " |")
     lines += sampled_table(results) + targets(results, morin) + same_trees(results, morin)
+    shown = [load_result(results, name) for name in [*NETWORKS, "timing"]]
+    shown += [load_result(morin, name) for name in ["nplm", *(r for _, _, r in NETWORKS.values() if r),
+                                                    *(row for _, _, theirs in TREE_GAPS for row in theirs)]]
+    lines += ["", *provenance_footnote(r for r in shown if r)]
     return "\n".join(lines) + "\n"
 
 
@@ -229,7 +236,8 @@ def same_trees(results: Path, morin: Path) -> list[str]:
         cells = []
         for folder, (row, reference) in ((results, ours), (morin, theirs)):
             a, b = load_result(folder, row), load_result(folder, reference)
-            cells.append(f"{pct(a['test'], b['test'])} ({a['test']:.1f} / {b['test']:.1f})" if a and b else "")
+            cells.append(f"{pct(a['test'], b['test'])} ({a['test']:.1f} / {b['test']:.1f})"
+                         f"{provenance_mark(a) or provenance_mark(b)}" if a and b else "")
         out.append(f"| {what} | {cells[0]} | {cells[1]} |")
     return out
 
@@ -249,22 +257,22 @@ def sampled_table(results: Path) -> list[str]:
     for row, name in SAMPLED.items():
         got, rate = rows[row], rates.get(name)
         out.append("| " + " | ".join([
-            name, valid_test(got["valid"], got["test"], 1) if got else "",
+            name + (row_marks(got) if got else ""), valid_test(got["valid"], got["test"], 1) if got else "",
             pct(got["test"], lbl["test"]) if got and lbl else "",
             f"{got['train_us_per_example']:.1f}" if got and "train_us_per_example" in got else "",
-            f"{rate[0]:,.0f}" if rate else "",
+            f"{rate[0]:,.0f}{provenance_mark(timing)}" if rate else "",
             f"{rate[0] / rates['softmax'][0]:.1f}x" if rate and "softmax" in rates else "",
             f"{rate[1]:,.0f}" if rate else ""]) + " |")
     if "hierarchical (random tree)" in rates and "softmax" in rates:
         rate = rates["hierarchical (random tree)"]
-        out.append(f"| hierarchical (random tree) | | | | {rate[0]:,.0f} | {rate[0] / rates['softmax'][0]:.1f}x | "
+        out.append(f"| hierarchical (random tree) | | | | {rate[0]:,.0f}{provenance_mark(timing)} | {rate[0] / rates['softmax'][0]:.1f}x | "
                    f"{rate[1]:,.0f} |")
     return out
 
 
 def targets(results: Path, morin: Path) -> list[str]:
     """Issue 27's targets, each from the result files (a target whose rows have not run is listed as such)."""
-    got = {r: load_result(results, r) for r in NETWORKS}
+    got = {r: g if (g := load_result(results, r)) and finished(g) else None for r in NETWORKS}  # finished rows only
     lbl, random = got["lbl"], got["hlbl-random"]
     out = ["", "Targets:", ""]
     single = {r: g for r, g in got.items() if g and g.get("tree", {}).get("kind") == "learned"

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
-from replication import read_record, train_row
+from replication import read_record, train_row, writable
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "probes.json"
@@ -72,10 +72,13 @@ def main() -> None:
         if record is None:
             continue
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}  # another call may have added some
-        results[key] = {"overrides": base[1:] + PROBES[name],
-                        "valid": [round(r["val/ppl"], 1) for r in record["history"]], "s": round(record["wall_time_s"])}
+        probe = {"overrides": base[1:] + PROBES[name], "git_commit": record["git_commit"],
+                 "valid": [round(r["val/ppl"], 1) for r in record["history"]], "s": round(record["wall_time_s"])}
         if record.get("tree"):
-            results[key]["codes_per_word"] = round(record["tree"].get("codes_per_word", 1.0), 3)
+            probe["codes_per_word"] = round(record["tree"].get("codes_per_word", 1.0), 3)
+        if not writable(key, probe):
+            continue
+        results[key] = probe
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
         print(f"{key}: valid {results[key]['valid']} ({results[key]['s']} s)", flush=True)

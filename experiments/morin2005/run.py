@@ -39,8 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, load_result, machine, pct, read_record,
-                              run_summary, stopped_by, train_row, valid_test, write_result)
+from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
+                         provenance_footnote, provenance_mark, read_record, row_marks, run_summary, stopped_by,
+                         train_row, valid_test, write_result)
+from nplm.tracking.records import git_commit
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
@@ -156,6 +158,7 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
             old = best.get(name, [0.0, 0.0])
             best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
     write_result(RESULTS, "timing", {"vocab_size": V, "train_tokens": len(dm.ids["train"]), "machine": machine(),
+                                     "git_commit": git_commit(),
                                      "rounds": rounds, "steps": steps, "examples_per_s": best,
                                      "command": "python experiments/morin2005/run.py --rows timing"})
 
@@ -169,7 +172,7 @@ def tree_shapes() -> None:
     ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, 1234, DATA_DIR)
     shapes = {name: build_tree(dict(cfg), ctx).stats(dm.vocab.counts) for name, cfg in SHAPES.items()
               if "wordnet" not in name or wordnet_installed()}
-    write_result(RESULTS, "tree-shapes", {"vocab_size": len(dm.vocab), "trees": shapes,
+    write_result(RESULTS, "tree-shapes", {"vocab_size": len(dm.vocab), "trees": shapes, "git_commit": git_commit(),
                                           "command": "python experiments/morin2005/run.py --rows tree-shapes"})
 
 
@@ -181,7 +184,8 @@ def count_ngram(key: str) -> None:
     start = time.perf_counter()
     model = class_ngram(int(key[5:]), dm) if key.startswith("class") else build_ngram(key, dm)
     write_result(RESULTS, key, {"row": key, "model": model.name, "fit_s": round(time.perf_counter() - start, 1),
-                                "machine": machine(), "command": f"python experiments/morin2005/run.py --rows {key}",
+                                "machine": machine(), "git_commit": git_commit(),
+                                "command": f"python experiments/morin2005/run.py --rows {key}",
                                 **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}})
 
 
@@ -206,8 +210,8 @@ def train_network(row: str, threads: int, rerun: bool) -> None:
     record = train_row(row, overrides, OUT / row, threads, rerun)
     if record is not None:
         result = network_result(row, record, overrides)
-        write_result(RESULTS, row, result)
-        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
+        if write_result(RESULTS, row, result):
+            print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
 
 
 def bootstrap_row(row: str) -> str | None:
@@ -265,10 +269,10 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
             record = read_record(OUT / row)
             if proc.returncode == 0 and record and record.get("status") == "finished":
                 result = network_result(row, record, overrides)
-                write_result(RESULTS, row, result)
-                print(f"[{time.time() - start:6.0f} s] {row}: valid {result['valid']:.1f} test {result['test']:.1f}, "
-                      f"{result['epochs']} epochs (best {result['best_epoch']}), "
-                      f"{'converged' if result['converged'] else 'NOT converged'}", flush=True)
+                if write_result(RESULTS, row, result):
+                    print(f"[{time.time() - start:6.0f} s] {row}: valid {result['valid']:.1f} test "
+                          f"{result['test']:.1f}, {result['epochs']} epochs (best {result['best_epoch']}), "
+                          f"{'converged' if result['converged'] else 'NOT converged'}", flush=True)
             else:
                 print(f"[{time.time() - start:6.0f} s] {row}: exit {proc.returncode}; see {OUT / row}.log", flush=True)
         for row in list(pending):
@@ -277,8 +281,8 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
             record = read_record(OUT / row)
             if record and converged(record):
                 pending.remove(row)
-                write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0]))
-                print(f"{row}: converged earlier, result rewritten from {OUT / row}", flush=True)
+                if write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0])):
+                    print(f"{row}: converged earlier, result rewritten from {OUT / row}", flush=True)
                 continue
             bootstrap = []
             if (dep := bootstrap_row(row)) is not None:
@@ -329,7 +333,7 @@ def tables() -> str:
                 continue
             train_rate, test_rate = rates[name]
             pub_train, pub_test = PUBLISHED_SPEEDUP.get(name, ("", ""))
-            lines.append(f"| {name} | {1000 / train_rate:.4f} | {train_rate / rates['softmax'][0]:.1f} | {pub_train} | "
+            lines.append(f"| {name}{provenance_mark(timing)} | {1000 / train_rate:.4f} | {train_rate / rates['softmax'][0]:.1f} | {pub_train} | "
                          f"{1000 / test_rate:.4f} | {test_rate / rates['softmax'][1]:.2f} | {pub_test} |")
     lines += ["", "Table 3, perplexity (epochs: trained / best; * = stopped by the epoch cap or the time budget, "
                   "not by early stopping):", "",
@@ -343,10 +347,11 @@ def tables() -> str:
         vs = pct(got['test'], softmax['test']) if got and softmax else ""
         epochs = ""
         if got and got.get("epochs"):
-            epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if got.get('converged') else '*'}"
-        lines.append(f"| {key} | {published or ''} | {valid_test(got['valid'], got['test'], 1) if got else ''} | "
+            epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if finished(got) else '*'}"
+        lines.append(f"| {key}{provenance_mark(got)} | {published or ''} | {valid_test(got['valid'], got['test'], 1) if got else ''} | "
                      f"{vs} | {epochs} | {got.get('train_s_per_epoch', '') if got else ''} |")
-    tree_rows = [(k, r["tree"]) for k in NETWORKS if (r := load_result(RESULTS, k)) and r.get("tree")]
+    tree_rows = [(k + provenance_mark(r), r["tree"]) for k in NETWORKS
+                 if (r := load_result(RESULTS, k)) and r.get("tree")]
     if tree_rows:
         lines += ["", "Trees (depth: mean / max path length; code: expected path length under the unigram, "
                       "bits; a multi-code word's depth is the mean over its codes):", "",
@@ -361,7 +366,7 @@ def tables() -> str:
         lines += ["", f"Tree shapes before training (`--rows tree-shapes`, |V| = {shapes['vocab_size']:,}):", "",
                   "| tree | mean depth | max depth | code bits | entropy bits |", "|---|---:|---:|---:|---:|"]
         for name, tree in shapes["trees"].items():
-            lines.append(f"| {name} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
+            lines.append(f"| {name}{provenance_mark(shapes)} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
                          f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} |")
     probes = load_result(RESULTS, "probes")
     if probes:
@@ -371,13 +376,17 @@ def tables() -> str:
                   "| probe | overrides | valid per epoch | codes per word | wall s |", "|---|---|---|---:|---:|"]
         for name, probe in probes.items():
             changed = [o for o in probe["overrides"] if not o.startswith(("logger=", "trainer.", "callbacks."))]
-            lines.append(f"| {name} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} | "
+            lines.append(f"| {name}{provenance_mark(probe)} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} | "
                          f"{probe.get('codes_per_word', '')} | {probe['s']} |")
     lines += targets(softmax)
     for key, classes in (("two-level-classes", "frequency bins"), ("two-level-brown", "Brown-tree classes")):
         if softmax and (two := load_result(RESULTS, key)):
-            lines += ["", f"Two-level tree (class-based output layer, {classes}): test {two['test']:.1f}, "
+            lines += ["", f"Two-level tree (class-based output layer, {classes}): "
+                          f"test {two['test']:.1f}{row_marks(two)}, "
                           f"{pct(two['test'], softmax['test'])} vs the full softmax."]
+    shown = [load_result(RESULTS, key) for key in [*NGRAMS, *NETWORKS, "timing", "tree-shapes"]]
+    shown += list((probes or {}).values())
+    lines += ["", *provenance_footnote(r for r in shown if r)]
     return "\n".join(lines) + "\n"
 
 
@@ -393,14 +402,15 @@ def targets(softmax: dict | None) -> list[str]:
     """Issue 17's targets, each from the result files: the best single-code tree within 5% of the full
     softmax, a learned tree better than the balanced, random and Huffman ones, a multi-code tree at or
     below the softmax, hierarchical training >= 10x faster per example."""
-    trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k))}
-    if not softmax or not trees:
+    trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k)) and finished(r)}
+    if not softmax or not finished(softmax) or not trees:
         return []
 
     def vs(row: str) -> str:
         name = reference(row)
         ref, missing = load_result(RESULTS, name), ""
-        if ref is None:  # a fix row whose softmax partner has not run: say so, and compare with the base one
+        if ref is None or not finished(ref):  # a fix row whose softmax partner has not run (or finished): say so,
+            # and compare with the base one
             name, ref, missing = "nplm", softmax, f" ({name}, the same recipe's softmax, not run yet)"
         change = 100 * (trees[row]["test"] / ref["test"] - 1)
         return f"{row} {trees[row]['test']:.1f}, {change:+.1f}% vs {name} {ref['test']:.1f}{missing}"

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+from replication import provenance_footnote, provenance_mark  # noqa: E402
 
 INTRO = """# WikiText-103-sized vocabularies on a laptop
 
@@ -54,7 +58,8 @@ def hms(seconds: float | None) -> str:
 
 
 def provenance(r: dict) -> str:
-    return f"{r.get('measured_utc', '?')} UTC, commit {r.get('commit', '?')}; {r.get('machine', '?')}"
+    commit = f"{r.get('commit', '?')}{provenance_mark(r)}"
+    return f"{r.get('measured_utc', '?')} UTC, commit {commit}; {r.get('machine', '?')}"
 
 
 def write_readme(results: Path, readme: Path) -> None:
@@ -87,7 +92,8 @@ def write_readme(results: Path, readme: Path) -> None:
                 f"Corpus as read: |V| = {f(b['corpus']['vocab_size'])}, train / valid / test tokens "
                 f"{f(b['corpus']['train_tokens'])} / {f(b['corpus']['valid_tokens'])} / {f(b['corpus']['test_tokens'])} "
                 f"(the published figures), OOV rate {b['corpus']['train_oov_rate']:.4f}.", ""]
-        targets.append(("building the id cache < 3 min", f"{f(b['setup_s'])} s", b["setup_s"] < 180))
+        targets.append(("building the id cache < 3 min", f"{f(b['setup_s'])} s{provenance_mark(r)}",
+                        b["setup_s"] < 180))
 
     heads = [R[k] for k in R if k.startswith("head-")]
     if heads:
@@ -108,7 +114,7 @@ def write_readme(results: Path, readme: Path) -> None:
             options = " ".join(o for o in r["overrides"] if o.startswith(("head", "tree")))
             load_avg = r["machine"].rsplit("load average ", 1)[-1].split(" ")[0]
             tree_s = f(run.get("tree_s"), 1) if "tree=" in options else "-"
-            out.append(f"| {r['head']} | `{options}` | {f(r['measured_examples'] / 1024)} | {f(r['us_per_example'], 1)} | "
+            out.append(f"| {r['head']}{provenance_mark(r)} | `{options}` | {f(r['measured_examples'] / 1024)} | {f(r['us_per_example'], 1)} | "
                        f"{f(r['examples_per_s'])} | {hms(r['epoch_s_extrapolated'])} | {f(run['peak_rss_mb'])} | "
                        f"{f(run.get('first_batch_s'), 1)} | {tree_s} | {load_avg} | {r['commit']} |")
         out += ["", "Measured " + "; ".join(f"{r['head']}: {r['measured_utc']} UTC" for r in heads) +
@@ -126,15 +132,17 @@ def write_readme(results: Path, readme: Path) -> None:
         hsm = R.get("head-hierarchical-huffman")
         if hsm:
             run = hsm["run"]
-            targets.append(("peak RSS of a hierarchical-head run < 4 GB", f"{f(run['peak_rss_mb'])} MB",
+            targets.append(("peak RSS of a hierarchical-head run < 4 GB",
+                            f"{f(run['peak_rss_mb'])} MB{provenance_mark(hsm)}",
                             run["peak_rss_mb"] < 4096))
             targets.append(("one epoch of MLP1's shape, hierarchical head < 1 hour (extrapolated)",
-                            hms(hsm["epoch_s_extrapolated"]), hsm["epoch_s_extrapolated"] < 3600))
+                            hms(hsm["epoch_s_extrapolated"]) + provenance_mark(hsm), hsm["epoch_s_extrapolated"] < 3600))
 
         soft = R.get("head-softmax")
         if soft and hsm:
             out += [f"In these nplm-train runs the hierarchical head (Huffman) trains "
-                    f"{hsm['examples_per_s'] / soft['examples_per_s']:.0f}x as many examples per second as the full "
+                    f"{hsm['examples_per_s'] / soft['examples_per_s']:.0f}x{provenance_mark(hsm) or provenance_mark(soft)} "
+                    "as many examples per second as the full "
                     "softmax; the side-by-side measurement below alternates the two in one process.", ""]
 
     if "second_run" in R:
@@ -159,7 +167,7 @@ def write_readme(results: Path, readme: Path) -> None:
                 out.append(f"| {name} | {f(b - a, 1)} |")
         out.append("")
         targets.append(("a second run's first batch within 10 s of start (hierarchical, Huffman)",
-                        f"{f(run.get('first_batch_s'), 1)} s (imports {f(run.get('imports_s'), 1)} s)",
+                        f"{f(run.get('first_batch_s'), 1)} s (imports {f(run.get('imports_s'), 1)} s){provenance_mark(r)}",
                         (run.get("first_batch_s") or 1e9) <= 10))
 
     if "side_by_side" in R:
@@ -177,7 +185,8 @@ def write_readme(results: Path, readme: Path) -> None:
                 f"{r['tree']['unigram_entropy_bits']:.2f}).", ""]
         worst = min(r["ratio_per_round"])
         targets.append(("hierarchical >= 100x the full softmax per example, side by side",
-                        f"{r['ratio_of_best']:.0f}x (rounds {', '.join(f'{x:.0f}x' for x in r['ratio_per_round'])})",
+                        f"{r['ratio_of_best']:.0f}x (rounds {', '.join(f'{x:.0f}x' for x in r['ratio_per_round'])})"
+                        + provenance_mark(r),
                         worst >= 100))
 
     trees = [R[k] for k in ("tree-balanced", "tree-huffman") if k in R]
@@ -187,7 +196,7 @@ def write_readme(results: Path, readme: Path) -> None:
                 "|---|---:|---:|---:|---:|---|"]
         for r in trees:
             s = r["stats"]
-            out.append(f"| {r['tree']} | {f(r['build_s'], 1)} | {s['mean_depth']:.1f} | {s['max_depth']} | "
+            out.append(f"| {r['tree']}{provenance_mark(r)} | {f(r['build_s'], 1)} | {s['mean_depth']:.1f} | {s['max_depth']} | "
                        f"{s.get('expected_code_length_bits', 0):.2f} | {r['measured_utc']} UTC |")
         out.append("")
     if "tree-brown" in R:
@@ -230,4 +239,5 @@ def write_readme(results: Path, readme: Path) -> None:
         out += ["## The issue's targets", "", "| target | measured | met |", "|---|---|---|"]
         out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
         out.append("")
+    out += [*provenance_footnote(R.values()), ""] * bool(provenance_footnote(R.values()))
     readme.write_text("\n".join(out))

@@ -45,6 +45,7 @@ DATA_DIR = DATA / "data"
 RUNS = DATA / "runs"
 PY = sys.executable
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
+sys.path.insert(0, str(ROOT / "experiments"))  # replication: the drivers' shared helpers
 
 CORPUS_ARGS = ["corpus=wikitext103", f"corpus.path={CORPUS}", f"paths.data_dir={DATA_DIR}", "threads=1",
                "logger=none", "seed=1234"]
@@ -107,13 +108,13 @@ def timed(mode: str, name: str, overrides: list[str], timeout: float | None = No
 
 
 def write(name: str, data: dict) -> None:
-    from provenance import machine, commit
+    from provenance import commit
+    from replication import write_result
 
-    RESULTS.mkdir(exist_ok=True)
     data = {"name": name, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": commit(),
             "machine": machine_line(), **data}
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {RESULTS / name}.json", flush=True)
+    if write_result(RESULTS, name, data):
+        print(f"wrote {RESULTS / name}.json", flush=True)
 
 
 def machine_line() -> str:

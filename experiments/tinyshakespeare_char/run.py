@@ -43,7 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import DATA_DIR, best_epoch, load_result, machine_line, pct, stopped_by, write_result
+from replication import (DATA_DIR, best_epoch, finished, last_epoch_cut, load_result, machine_line, pct,
+                         provenance_footnote, row_marks, seconds_per_epoch, short_commit, stopped_by, write_result)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -142,7 +143,7 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
         "epochs": len(history), "best_epoch": best_epoch(history),
         "stopped_by": stopped_by(history, PATIENCE),
         "converged": replication.converged(record, PATIENCE, ROWS[row][2]),
-        "train_s_per_epoch": round(sum(r["train/epoch_time_s"] for r in history) / len(history), 1),
+        "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history], last_epoch_cut(history)),
         "wall_time_s": round(record["wall_time_s"]),
         "valid": record["metrics"]["val/ppl_best"],
         "scored_valid": scored["valid"]["neural"],  # the best checkpoint scored again by nplm-mix
@@ -165,9 +166,9 @@ def train(row: str, threads: int, deadline: float | None, extra: list[str], marg
         print(f"{row}: result up to date", flush=True)
         return
     result = row_result(row, record, overrides)
-    write_result(RESULTS, row, result)
-    print(f"{row}: valid {result['valid']:.3f} (KN5 {result['kn5_valid']:.3f}), {result['epochs']} epochs "
-          f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+    if write_result(RESULTS, row, result):
+        print(f"{row}: valid {result['valid']:.3f} (KN5 {result['kn5_valid']:.3f}), {result['epochs']} epochs "
+              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
 
 
 # -- the README -----------------------------------------------------------------------------------------------
@@ -179,7 +180,8 @@ def tables(results: Path | None = None) -> str:
     lines = ["Validation perplexity per character on the notebook's split (the first 90% of the text trains, "
              "the last 10%, 111,540 characters, validates; no test split). vs KN5: against the modified "
              "Kneser-Ney 5-gram of the same training characters, scored by `nplm-mix CKPT --ngram kn5` on "
-             "the same characters; epochs trained / best; * = stopped before early stopping; empty = not run yet.",
+             "the same characters; epochs trained / best; * = not finished (stopped by a time limit, or before early "
+             "stopping), s / epoch of the whole epochs; empty = not run yet.",
              "",
              "| model | context (characters) | parameters | valid ppl | valid loss (nats) | vs KN5 | epochs | "
              "stopped by | s / epoch |",
@@ -192,11 +194,11 @@ def tables(results: Path | None = None) -> str:
         if not r:
             lines.append(f"| {what} |  |  |  |  |  |  |  |  |")
             continue
-        star = "" if r["converged"] else "*"
-        lines.append(f"| {what} | {r['context']} | {r['parameters']:,} | {r['valid']:.3f} | "
+        star = "" if finished(r) else "*"
+        lines.append(f"| {what}{row_marks(r)} | {r['context']} | {r['parameters']:,} | {r['valid']:.3f} | "
                      f"{math.log(r['valid']):.4f} | {pct(r['valid'], r['kn5_valid'])} | "
-                     f"{r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
-        lines.append(f"| {what} mixed with the KN5 (EM weight {r['mix_weight']:.2f}) |  |  | {r['mix_valid']:.3f} | "
+                     f"{r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {epoch_seconds(r):.0f} |")
+        lines.append(f"| {what} mixed with the KN5 (EM weight {r['mix_weight']:.2f}){row_marks(r)} |  |  | {r['mix_valid']:.3f} | "
                      f"{math.log(r['mix_valid']):.4f} | {pct(r['mix_valid'], r['kn5_valid'])} |  |  |  |")
     lines.append(f"| nanoGPT's character Transformer (published: its README) | 256 | 10.7M | {nanogpt:.3f} | "
                  f"{NANOGPT_LOSS:.4f} | " + (pct(nanogpt, kn5) if kn5 else "") + " |  |  |  |")
@@ -208,13 +210,19 @@ def tables(results: Path | None = None) -> str:
         if not r:
             continue
         lines += ["", f"### {what}", "",
-                  f"`{r['command']}` at `{r['git_commit'][:7]}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min.",
+                  f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min.",
                   "", "| epoch | train ppl | valid ppl | tokens/s | epoch time (s) |", "|---:|---:|---:|---:|---:|"]
         for h in r["history"]:
             train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
             lines.append(f"| {h['epoch']} | {train_ppl} | {h['valid_ppl']:.3f} | {h['tokens_per_s']:,.0f} | "
                          f"{h['epoch_time_s']:.1f} |")
+    lines += ["", *provenance_footnote(r for r in rows.values() if r)]
     return "\n".join(lines) + "\n"
+
+
+def epoch_seconds(r: dict) -> float:
+    """A row's training time per whole epoch: a last epoch cut short by a time limit is left out."""
+    return seconds_per_epoch([h["epoch_time_s"] for h in r["history"]], r["stopped_by"].startswith("time limit"))
 
 
 def modern_rows(rows: dict[str, dict | None]) -> dict[str, dict]:
@@ -240,13 +248,16 @@ def seed_group(rows: dict[str, dict], row: str) -> tuple[list[dict], int]:
 
 
 def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
-    """The target's line for the best modern NPLM row, then what each variant changes against `modern`.
-    Where that row was trained with several seeds, the target is judged by their mean."""
+    """The target's line for the best finished modern NPLM row (a better unfinished one named, not counted), then
+    what each variant changes against `modern`. Where that row was trained with several seeds, the target is
+    judged by their mean."""
     modern = modern_rows(rows)
-    if not modern:
-        return ["- not measured (the row has not run)"]
-    row, r = min(modern.items(), key=lambda item: item[1]["valid"])
+    done = {name: r for name, r in modern.items() if finished(r)}
+    if not done:
+        return ["- not measured (no modern NPLM row has finished)"]
+    row, r = min(done.items(), key=lambda item: item[1]["valid"])
     group, unfinished = seed_group(modern, row)
+    ahead = sorted((v["valid"], name) for name, v in modern.items() if name not in done and v["valid"] < r["valid"])
     kn5, seeds = r["kn5_valid"], [s["valid"] for s in group]
     mean = statistics.fmean(seeds)
     gap = math.log(r["valid"]) - NANOGPT_LOSS
@@ -261,11 +272,13 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
                      f"{pct(mean, kn5, p)}")
     if unfinished:
         notes.append(f"{unfinished} more seed{'s' * (unfinished > 1)} still training, left out")
-    notes.append(("met" if mean < kn5 else "missed") + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else "")
-                 + ("" if r["converged"] else "; the run has not reached early stopping yet"))
+    notes.append(("met" if mean < kn5 else "missed")
+                 + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else ""))
     versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
     lines = [f"- The best modern NPLM row, {ROWS[row][1]}: {versus}; "
              f"{gap:+.4f} nats per character from nanoGPT's {NANOGPT_LOSS} ({pct(r['valid'], nanogpt)})."]
+    lines += [f"- Not counted, not finished ({modern[name]['stopped_by']} after {modern[name]['epochs']} epochs): "
+              f"{ROWS[name][1]}, valid {valid:.3f} ({pct(valid, kn5)})." for valid, name in ahead]
     base = modern.get(BASE_ROW)
     variants = {k: v for k, v in modern.items() if k != BASE_ROW}
     if base and variants:
@@ -274,8 +287,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
         for row, v in sorted(variants.items(), key=lambda item: item[1]["valid"]):
             lines.append(f"- {ROWS[row][1]}: valid {v['valid']:.3f} ({pct(v['valid'], base['valid'])}), training "
                          f"{train_ppl_at_best(v):.3f} at its best epoch, {v['parameters']:,} parameters, "
-                         f"{v['train_s_per_epoch']:.0f} s an epoch"
-                         + ("" if v["converged"] else "; not yet at early stopping"))
+                         f"{epoch_seconds(v):.0f} s an epoch"
+                         + ("" if finished(v) else "; not finished"))
     return lines
 
 
