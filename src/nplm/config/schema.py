@@ -8,7 +8,9 @@ folder or W&B run is made. A wrong value raises a one-line `UserError`:
 
 A group with options (corpus, model, head, tree, optimizer) is checked against the option its `name`
 picks, with the keys, types and help that option registered where it is defined
-(`nplm.config.registry`); keys it did not register are refused, `+group.key=` ones included. Checks that
+(`nplm.config.registry`); keys it did not register are refused, `+group.key=` ones included. Rules
+across groups (`CROSS_GROUP`: a head that cannot take what the model, tree or optimizer asks of it)
+ask the head's registered class (`can_tie`, `uses_tree`, `has_predicted_representation`). Checks that
 need the data (a vocabulary of at least 2 words, a context shorter than every split) run in
 `nplm.data.datamodule` once the corpus is read, still before anything is written.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from dataclasses import dataclass, field
 
 from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Name, Resume, Rule, Section,
@@ -197,12 +200,68 @@ def check_tree(cfg: dict) -> None:
         check_group("logger.wandb", WANDB, wandb)
 
 
+def _head(cfg: dict):
+    """The class of the head the config names (its registry is loaded by `groups()`)."""
+    from nplm.heads import head_class
+
+    return head_class(cfg["head"]["name"])
+
+
+def _tie_needs_output_vectors(cfg: dict) -> str | None:
+    """model.tie_embeddings=true with a head that has no output vector per word."""
+    from nplm.heads import tie_refusal
+
+    if cfg["model"].get("tie_embeddings") is True and not _head(cfg).can_tie:
+        return tie_refusal(cfg["head"]["name"])
+    return None
+
+
+def _learned_tree_needs_predicted_representations(cfg: dict) -> str | None:
+    """tree=learned clusters the first model's predicted representations: a head that uses the tree has to make them."""
+    from nplm.heads import HEADS
+
+    tree, head = cfg.get("tree") or {}, _head(cfg)
+    if tree.get("name") != "learned" or not head.uses_tree(cfg["head"]) or head.has_predicted_representation:
+        return None
+    can = "|".join(n for n, o in HEADS.options().items() if o.target.has_predicted_representation)
+    return (f"tree=learned: head={cfg['head']['name']} makes no predicted word representations for Mnih & Hinton's "
+            f"tree to cluster; use head={can}, or another tree (e.g. tree=brown)")
+
+
+def _sparse_rows_need_no_momentum(cfg: dict) -> str | None:
+    """Row-sparse gradients (model.sparse_embeddings, head.sparse) are stepped without momentum (`LazySGD`)."""
+    momentum = cfg["optimizer"].get("momentum") or 0
+    sparse = [f"{group}.{key}" for group, key in (("model", "sparse_embeddings"), ("head", "sparse"))
+              if cfg[group].get(key) is True]
+    if not momentum or not sparse:
+        return None
+    return (f"optimizer.momentum={show(momentum)}: must be 0 with {sparse[0]}=true (row-sparse updates have no "
+            f"momentum); set optimizer.momentum=0 or {sparse[0]}=false")
+
+
+# Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
+CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def check_devices(trainer: dict) -> None:
-    """trainer=gpu (or accelerator=cuda/mps) on a machine without one: refused before anything runs."""
+    """trainer=gpu (or accelerator=cuda/mps) on a machine without one, or more CPU processes than cores:
+    refused before anything runs."""
     accelerator = trainer.get("accelerator", "cpu")
+    import torch
+
+    if accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()):
+        devices = trainer.get("devices", 1)
+        if isinstance(devices, int) and devices > cpu_cores():
+            raise _fail("trainer.devices", devices, f"at most {cpu_cores()}, the CPU cores of this machine (one "
+                        "process each); lower trainer.devices")
+        return
     if accelerator not in ("gpu", "cuda", "mps"):
         return
-    import torch
 
     if accelerator == "mps":
         if not torch.backends.mps.is_available():
@@ -230,5 +289,9 @@ def validate(cfg):
         key = getattr(err, "full_key", None) or "config"
         raise UserError(f"{key}: cannot be resolved ({str(err).splitlines()[0]})") from None
     check_tree(plain)
+    for rule in CROSS_GROUP:
+        problem = rule(plain)
+        if problem is not None:
+            raise UserError(problem)
     check_devices(plain["trainer"])
     return cfg

@@ -9,6 +9,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nplm.config.rules import AnyOf, Bool, Choice
+
+# `model.tie_embeddings` of the models that have output word vectors: auto (tie where the head has one
+# output vector per word, its class's `can_tie`), true (refused with a head that cannot), or false.
+TIE_EMBEDDINGS = AnyOf(rules=(Bool(), Choice(options=("auto",))), words="auto, true or false")
+
+
+def resolve_tie(setting, head_can_tie: bool) -> bool:
+    """Whether a model ties with `tie_embeddings` = `setting` (auto, true, false) and a head that can tie
+    (`head_can_tie`) or not."""
+    return head_can_tie if setting == "auto" else bool(setting)
+
 
 class Model(nn.Module):
     """A feature extractor over a context of `context_size` previous tokens.
