@@ -77,6 +77,17 @@ def test_a_clipped_run_is_told_to_clip_harder(tmp_path, monkeypatch):
         train(compose_cfg(tmp_path, *TOY_FAST, "head=nce", "trainer.gradient_clip_val=0.5"))  # (nce: autograd)
 
 
+def test_a_diverged_first_phase_of_a_learned_tree_is_recorded_in_both_records(tmp_path):
+    from nplm.training.train import train
+
+    with pytest.raises(Diverged) as info:
+        train(compose_cfg(tmp_path, *TOY_FAST, "head=hierarchical", "tree=learned", "tree.bootstrap_epochs=1",
+                          "optimizer=sgd", "optimizer.lr=1e30"))
+    phase = json.loads((tmp_path / "run" / "bootstrap" / "metrics.json").read_text())
+    assert phase["status"] == "diverged" and record(tmp_path)["status"] == "diverged"
+    assert record(tmp_path)["error"] == phase["error"] == str(info.value)
+
+
 @pytest.mark.slow
 def test_the_command_line_says_one_line_and_exits_2(tmp_path):
     """The issue's case: a learning rate of 1e9 used to end "finished" with an infinite perplexity."""

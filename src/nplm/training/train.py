@@ -23,7 +23,8 @@ from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
-from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
+from nplm.tracking.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
+                               resolve_resume)
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
 from nplm.training.memory import check_memory
@@ -88,6 +89,10 @@ def train(cfg: DictConfig) -> dict:
     except UserError as err:
         finish_wandb(failed=True)
         if isinstance(err, Diverged):  # the run stays as it stopped: its record says so, its checkpoints are kept
+            record = read_record(out_dir)
+            if rank_zero_only.rank == 0 and record is not None and record.get("status") == "running":
+                # tree=learned's first phase diverged (bootstrap/metrics.json says where), before this run's record
+                write_json(out_dir / "metrics.json", {**record, "status": "diverged", "error": str(err)})
             raise
         # a full disk after a checkpoint: the run stays, to be continued (its record says why it stopped)
         kept = isinstance(err, WriteError) and any((out_dir / "checkpoints").glob("*.ckpt"))
