@@ -99,13 +99,20 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
      "set optimizer.momentum=0 or model.sparse_embeddings=false"),
     ("optimizer=sgd optimizer.momentum=0.5 head=nce head.sparse=true",
      "^optimizer.momentum=0.5: must be 0 with head.sparse=true"),
+    ("head=adaptive head.div_value=1000", "head.div_value=1000 leaves tail cluster 1 a 0-dimensional projection of "
+                                          "the 40 features; lower head.div_value or use fewer cutoffs"),
+    ("head=adaptive head.div_value=4 head.cutoffs=[5,10,20]",
+     "head.div_value=4 leaves tail cluster 3 a 0-dimensional projection of the 40 features; lower head.div_value "
+     "or use fewer cutoffs"),  # (F = 3 x 8 direct + 16 hidden; the tails: 40 // 4 = 10, 40 // 16 = 2, 40 // 64 = 0)
+    ("stop_at=1", "stop_at=1: that time has passed; give a later Unix time"),
     # what Lightning refuses when it makes the Trainer, and more CPU processes than cores
     ("trainer.devices=1000", "trainer.devices=1000: at most %d, the CPU cores of this machine (one process each); "
                              "lower trainer.devices"),
     ("trainer.devices=[0,1]", "trainer.devices=[0,1]: Lightning refuses it here (`devices` selected with "
-                              "`CPUAccelerator` should be an int > 0); change trainer.devices (e.g. trainer.devices=1)"),
-    ("+trainer.strategy=bogus", "^trainer.strategy=bogus: Lightning refuses it here \\(You selected an invalid strategy "
-                                "name: .*\\); change trainer.strategy \\(e.g. trainer.strategy=auto\\)$"),
+                              "`CPUAccelerator` should be an int > 0); change trainer.devices "
+                              "(e.g. trainer.devices=1)"),
+    ("+trainer.strategy=bogus", "^trainer.strategy=bogus: Lightning refuses it here \\(You selected an invalid "
+                                "strategy name: .*\\); change trainer.strategy \\(e.g. trainer.strategy=auto\\)$"),
     ("+trainer.strategy=deepspeed", "^trainer.strategy=deepspeed: Lightning refuses it here \\(.*\\); change "
                                     "trainer.strategy"),
 ])

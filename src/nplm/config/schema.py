@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import time
 from dataclasses import dataclass, field
 
 from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Name, Resume, Rule, Section,
@@ -239,8 +240,24 @@ def _sparse_rows_need_no_momentum(cfg: dict) -> str | None:
             f"momentum); set optimizer.momentum=0 or {sparse[0]}=false")
 
 
+def _head_fits_the_features(cfg: dict) -> str | None:
+    """The head's options against the model's feature size F (the model built on the meta device: no memory)."""
+    import torch
+
+    from nplm.heads import Head
+    from nplm.models import build_model
+
+    head = _head(cfg)
+    if head.features_problem.__func__ is Head.features_problem.__func__:  # no rule of its own: no model is built
+        return None
+    with torch.device("meta"):
+        features = build_model(cfg["model"], 2).feature_dim
+    return head.features_problem({k: v for k, v in cfg["head"].items() if k != "name"}, features)
+
+
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
-CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum)
+CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
+               _head_fits_the_features)
 
 
 def cpu_cores() -> int:
@@ -289,6 +306,8 @@ def validate(cfg):
         key = getattr(err, "full_key", None) or "config"
         raise UserError(f"{key}: cannot be resolved ({str(err).splitlines()[0]})") from None
     check_tree(plain)
+    if plain.get("stop_at") is not None and plain["stop_at"] <= time.time():
+        raise _fail("stop_at", plain["stop_at"], "that time has passed; give a later Unix time")
     for rule in CROSS_GROUP:
         problem = rule(plain)
         if problem is not None:

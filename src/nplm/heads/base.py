@@ -91,6 +91,12 @@ class Head(nn.Module):
     def uses_tree(cls, options) -> bool:
         return False
 
+    @classmethod
+    def features_problem(cls, options: dict, feature_dim: int) -> str | None:
+        """What the `head` options cannot do with a model of `feature_dim` features (a line naming the
+        key and the fix), or None; the schema asks before any data is read."""
+        return None
+
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 

@@ -16,8 +16,9 @@ of the word's code, Mnih & Hinton's (2009) HLBL; with head=nce, Mnih & Teh's (20
 
 `tie_embeddings=true`: the output vectors q_w are the input representations r_w themselves (one table,
 as in the 2007 paper's energy -r_hat^T r_w - b_w); false (default): the head has its own q_w, as in
-the 2009 and 2012 papers; auto: tied where the head has one vector per word. A bias in r_hat's space (the 2007 paper's b_r) adds r_w . b_r to word w's
-score, a per-word constant that b_w already holds, so there is none.
+the 2009 and 2012 papers; auto: tied where the head has one vector per word. A bias in r_hat's
+space (the 2007 paper's b_r) adds r_w . b_r to word w's score, a per-word constant that b_w already
+holds, so there is none.
 
 Parameters: R [V, m] and C [n-1, m, m] (full) or [n-1, m] (diagonal); the head's q [V, m] and b [V].
 """

@@ -82,9 +82,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     if cfg.callbacks.get("ema_decay"):  # validate, checkpoint and test the weights' moving average
         callbacks.append(ema_callback(float(cfg.callbacks.ema_decay)))
     trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
-    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
-        if float(cfg.stop_at) <= time.time():
-            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
+    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time, checked by the schema): train until then, then test
         callbacks.append(StopAt(float(cfg.stop_at)))
     if trainer_cfg.get("enable_progress_bar") is not False:
         # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
