@@ -99,6 +99,11 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
      "set optimizer.momentum=0 or model.sparse_embeddings=false"),
     ("optimizer=sgd optimizer.momentum=0.5 head=nce head.sparse=true",
      "^optimizer.momentum=0.5: must be 0 with head.sparse=true"),
+    ("compile=true model.sparse_embeddings=true", "compile=true: torch.compile cannot train the row-sparse "
+                                                  "gradients of model.sparse_embeddings=true; set compile=false or "
+                                                  "model.sparse_embeddings=false"),
+    ("compile=true head=hierarchical head.sparse=true", "^compile=true: torch.compile cannot train the row-sparse "
+                                                        "gradients of head.sparse=true"),
     ("head=adaptive head.div_value=1000", "head.div_value=1000 leaves tail cluster 1 a 0-dimensional projection of "
                                           "the 40 features; lower head.div_value or use fewer cutoffs"),
     ("head=adaptive head.div_value=4 head.cutoffs=[5,10,20]",
@@ -166,6 +171,11 @@ def test_context_longer_than_a_split(tmp_path):
 def test_a_fraction_of_batches_that_leaves_none(tmp_path):
     expect_error(tmp_path, "trainer.limit_train_batches=0.001: leaves no batch of the train split (4 batches of 32 "
                  "windows); use at least 0.25, or a count like 1", *TOY_FAST, "trainer.limit_train_batches=0.001")
+
+
+def test_a_validation_interval_longer_than_an_epoch(tmp_path):
+    expect_error(tmp_path, "trainer.val_check_interval=100: more than the 4 training batches of an epoch; use at most "
+                 "4, or a fraction of the epoch such as 0.5", *TOY_FAST, "trainer.val_check_interval=100")
 
 
 def test_split_with_no_tokens(tmp_path):

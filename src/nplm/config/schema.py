@@ -229,15 +229,28 @@ def _learned_tree_needs_predicted_representations(cfg: dict) -> str | None:
             f"tree to cluster; use head={can}, or another tree (e.g. tree=brown)")
 
 
+def _sparse_keys(cfg: dict) -> list[str]:
+    """The keys set to train with row-sparse gradients."""
+    return [f"{group}.{key}" for group, key in (("model", "sparse_embeddings"), ("head", "sparse"))
+            if cfg[group].get(key) is True]
+
+
 def _sparse_rows_need_no_momentum(cfg: dict) -> str | None:
     """Row-sparse gradients (model.sparse_embeddings, head.sparse) are stepped without momentum (`LazySGD`)."""
-    momentum = cfg["optimizer"].get("momentum") or 0
-    sparse = [f"{group}.{key}" for group, key in (("model", "sparse_embeddings"), ("head", "sparse"))
-              if cfg[group].get(key) is True]
+    momentum, sparse = cfg["optimizer"].get("momentum") or 0, _sparse_keys(cfg)
     if not momentum or not sparse:
         return None
     return (f"optimizer.momentum={show(momentum)}: must be 0 with {sparse[0]}=true (row-sparse updates have no "
             f"momentum); set optimizer.momentum=0 or {sparse[0]}=false")
+
+
+def _compile_needs_dense_gradients(cfg: dict) -> str | None:
+    """torch.compile (inductor) cannot train row-sparse gradients: the step fails at its first batch."""
+    sparse = _sparse_keys(cfg)
+    if not cfg.get("compile") or not sparse:
+        return None
+    return (f"compile=true: torch.compile cannot train the row-sparse gradients of {sparse[0]}=true; set "
+            f"compile=false or {sparse[0]}=false")
 
 
 def _head_fits_the_features(cfg: dict) -> str | None:
@@ -257,7 +270,7 @@ def _head_fits_the_features(cfg: dict) -> str | None:
 
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
-               _head_fits_the_features)
+               _compile_needs_dense_gradients, _head_fits_the_features)
 
 
 def cpu_cores() -> int:
