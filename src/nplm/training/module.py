@@ -188,8 +188,9 @@ class LanguageModel(pl.LightningModule):
         optimizer step, in order, exactly as with one batch per step; Lightning's own cost per step
         (hooks, callbacks, logging) is paid once per group.
 
-        No host-device sync: the loss and NLL sums stay on the device; they are read, and checked for
-        a NaN/inf, every `log_every_n_steps` optimizer steps and at the end of the epoch."""
+        No host-device sync: the loss and NLL sums, and where the first NaN/inf loss is (`_watch_finite`),
+        stay on the device; they are read, and checked (`check_finite`), every `log_every_n_steps` optimizer
+        steps, at each validation and at the end of the epoch."""
         if isinstance(batches[0], torch.Tensor):  # one (context, target) batch: a loader of single batches
             batches = [batches]
         options = self.step_options
