@@ -53,7 +53,8 @@ class Model(nn.Module):
     def output_embeddings(self) -> nn.Parameter | None:
         """Output word vectors `[V, F]` (a parameter of the model) that the head takes as its own
         (`nplm.heads.build_head(..., tie_to=...)`: input and output word vectors tied); None where
-        the model has none or does not tie them (its `tie_embeddings` key)."""
+        the model has none or does not tie them (its `tie_embeddings` key; `build_model` resolves auto to
+        whether the head can take them, a model built directly with auto offers them)."""
         return None
 
     def can_backprop_by_hand(self) -> bool:
