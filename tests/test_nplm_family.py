@@ -163,7 +163,8 @@ def test_heads_without_a_vector_per_word_refuse_to_tie(name):
     model = build_model({"name": "lbl", "context_size": 2, "embed_dim": 8, "tie_embeddings": True}, V)
     tree = Tree.from_nested(balanced_nested(list(range(V))), V)
     with pytest.raises(UserError, match=rf"model.tie_embeddings=true: head={name} has no output vector per word"
-                                        r".*set model.tie_embeddings=false or use head=adaptive\|importance_sampling"
+                                        r".*set model.tie_embeddings=auto \(ties where the head can\) or false, "
+                                        r"or use head=adaptive\|importance_sampling"
                                         r"\|nce\|softmax"):
         build_head({"name": name}, model.feature_dim, V, COUNTS, tree, tie_to=model.output_embeddings())
 

@@ -17,7 +17,6 @@ from nplm.cli.compare import main as compare
 from nplm.cli.evaluate import evaluate
 from nplm.cli.generate import generate
 from nplm.cli.predict import predict
-from nplm.heads import head_class
 from nplm.inference.mixture import mix
 from nplm.training.checkpoint import load_model
 
@@ -41,15 +40,10 @@ HEADS = {
 
 
 def pair(model: str, head: str) -> list[str]:
-    """The overrides of a model x head pair; the modern NPLM ties its output vectors (its default) where
-    the head has one per word (its class's `can_tie`), the LBL where asked (here: the tying heads, to
-    train that path too)."""
-    can_tie = head_class(HEADS[head][0].split("=", 1)[1]).can_tie  # HEADS[head][0] is "head=<name>"
-    tie = []
-    if not can_tie and model == "modern":
-        tie = ["model.tie_embeddings=false"]
-    elif can_tie and model == "lbl":
-        tie = ["model.tie_embeddings=true"]
+    """The overrides of a model x head pair; the modern NPLM ties its output vectors (its default,
+    tie_embeddings=auto) where the head has one per word (its class's `can_tie`), the LBL too when asked
+    to (auto: here, to train that path too)."""
+    tie = ["model.tie_embeddings=auto"] if model == "lbl" else []
     return [*TOY, *MODELS[model], *HEADS[head], *tie]
 
 

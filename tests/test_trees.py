@@ -269,14 +269,17 @@ def test_runs_join_independent_trees_under_one_root_with_a_code_per_run():
     assert again.leaf_words == tree.leaf_words and again.stats() == tree.stats()
 
 
-def test_learned_tree_options_are_checked():
-    ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())
-    for options, message in [({"split": "median"}, "tree.split='median' is not one of: balanced, adaptive"),
-                             ({"eps": 0.5}, r"tree.eps=0.5 must be in \[0, 0.5\)"),
-                             ({"split": "balanced", "eps": 0.2}, "tree.eps=0.2 needs tree.split=adaptive"),
-                             ({"runs": 0}, "tree.runs=0 must be a whole number >= 1")]:
+def test_learned_tree_options_are_checked_by_the_schema():
+    """The learned tree's keys and its rule across them are registered with it: refused before any data is read."""
+    from nplm.config.schema import check_group, groups
+
+    for options, message in [({"split": "median"}, "tree.split=median: must be one of: balanced, adaptive"),
+                             ({"eps": 0.5}, r"tree.eps=0.5: must be a number in \[0, 0.5\)"),
+                             ({"split": "balanced", "eps": 0.2}, "tree.eps=0.2: must be 0 with tree.split=balanced"),
+                             ({"runs": 0}, "tree.runs=0: must be an integer >= 1")]:
         with pytest.raises(UserError, match=message):
-            learned(ctx, **options)
+            check_group("tree", groups()["tree"], {"name": "learned", **options})
+    check_group("tree", groups()["tree"], {"name": "learned", "split": "adaptive", "eps": 0.2})  # ADAPTIVE(eps)
 
 
 def test_multi_code_tree_refuses_a_word_without_a_leaf():

@@ -145,6 +145,8 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         arg = next((a.lstrip("+") for a in overrides if a.lstrip("+").startswith(key + "=")), key)
         schema = groups().get(group)
         holders = [o for o in schema.options if sub in schema.keys_of(o)] if schema else []
+        if holders == [""]:  # a group without options (trainer, data, ...): a key its yaml leaves out
+            raise UserError(f"{arg}: a key the {group} group's yaml does not set; add it with +{arg}") from None
         rest = [a for a in overrides if not a.lstrip("+").startswith(key + "=")]
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             chosen = compose(config_name="train", overrides=rest).get(group) or {}

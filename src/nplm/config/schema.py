@@ -8,7 +8,9 @@ folder or W&B run is made. A wrong value raises a one-line `UserError`:
 
 A group with options (corpus, model, head, tree, optimizer) is checked against the option its `name`
 picks, with the keys, types and help that option registered where it is defined
-(`nplm.config.registry`); keys it did not register are refused, `+group.key=` ones included. Checks that
+(`nplm.config.registry`); keys it did not register are refused, `+group.key=` ones included. Rules
+across groups (`CROSS_GROUP`: a head that cannot take what the model, tree or optimizer asks of it)
+ask the head's registered class (`can_tie`, `uses_tree`, `has_predicted_representation`). Checks that
 need the data (a vocabulary of at least 2 words, a context shorter than every split) run in
 `nplm.data.datamodule` once the corpus is read, still before anything is written.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import time
 from dataclasses import dataclass, field
 
 from nplm.config.rules import (AnyOf, Bool, Check, Choice, Float, Int, IntList, MaxTime, Name, Resume, Rule, Section,
@@ -214,12 +218,97 @@ def check_blocks(cfg: dict) -> None:
                     f"whole blocks need model={' or model='.join(able)}")
 
 
+def _head(cfg: dict):
+    """The class of the head the config names (its registry is loaded by `groups()`)."""
+    from nplm.heads import head_class
+
+    return head_class(cfg["head"]["name"])
+
+
+def _tie_needs_output_vectors(cfg: dict) -> str | None:
+    """model.tie_embeddings=true with a head that has no output vector per word."""
+    from nplm.heads import tie_refusal
+
+    if cfg["model"].get("tie_embeddings") is True and not _head(cfg).can_tie:
+        return tie_refusal(cfg["head"]["name"])
+    return None
+
+
+def _learned_tree_needs_predicted_representations(cfg: dict) -> str | None:
+    """tree=learned clusters the first model's predicted representations: a head that uses the tree has to make them."""
+    from nplm.heads import HEADS
+
+    tree, head = cfg.get("tree") or {}, _head(cfg)
+    if tree.get("name") != "learned" or not head.uses_tree(cfg["head"]) or head.has_predicted_representation:
+        return None
+    can = "|".join(n for n, o in HEADS.options().items() if o.target.has_predicted_representation)
+    return (f"tree=learned: head={cfg['head']['name']} makes no predicted word representations for Mnih & Hinton's "
+            f"tree to cluster; use head={can}, or another tree (e.g. tree=brown)")
+
+
+def _sparse_keys(cfg: dict) -> list[str]:
+    """The keys set to train with row-sparse gradients."""
+    return [f"{group}.{key}" for group, key in (("model", "sparse_embeddings"), ("head", "sparse"))
+            if cfg[group].get(key) is True]
+
+
+def _sparse_rows_need_no_momentum(cfg: dict) -> str | None:
+    """Row-sparse gradients (model.sparse_embeddings, head.sparse) are stepped without momentum (`LazySGD`)."""
+    momentum, sparse = cfg["optimizer"].get("momentum") or 0, _sparse_keys(cfg)
+    if not momentum or not sparse:
+        return None
+    return (f"optimizer.momentum={show(momentum)}: must be 0 with {sparse[0]}=true (row-sparse updates have no "
+            f"momentum); set optimizer.momentum=0 or {sparse[0]}=false")
+
+
+def _compile_needs_dense_gradients(cfg: dict) -> str | None:
+    """torch.compile (inductor) cannot train row-sparse gradients: the step fails at its first batch."""
+    sparse = _sparse_keys(cfg)
+    if not cfg.get("compile") or not sparse:
+        return None
+    return (f"compile=true: torch.compile cannot train the row-sparse gradients of {sparse[0]}=true; set "
+            f"compile=false or {sparse[0]}=false")
+
+
+def _head_fits_the_features(cfg: dict) -> str | None:
+    """The head's options against the model's feature size F (the model built on the meta device: no memory)."""
+    import torch
+
+    from nplm.heads import Head
+    from nplm.models import build_model
+
+    head = _head(cfg)
+    if head.features_problem.__func__ is Head.features_problem.__func__:  # no rule of its own: no model is built
+        return None
+    with torch.device("meta"):
+        features = build_model(cfg["model"], 2).feature_dim
+    return head.features_problem({k: v for k, v in cfg["head"].items() if k != "name"}, features)
+
+
+# Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
+CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
+               _compile_needs_dense_gradients, _head_fits_the_features)
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def check_devices(trainer: dict) -> None:
-    """trainer=gpu (or accelerator=cuda/mps) on a machine without one: refused before anything runs."""
+    """trainer=gpu (or accelerator=cuda/mps) on a machine without one, or more CPU processes than cores:
+    refused before anything runs."""
     accelerator = trainer.get("accelerator", "cpu")
+    import torch
+
+    if accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()):
+        devices = trainer.get("devices", 1)
+        if isinstance(devices, int) and devices > cpu_cores():
+            raise _fail("trainer.devices", devices, f"at most {cpu_cores()}, the CPU cores of this machine (one "
+                        "process each); lower trainer.devices")
+        return
     if accelerator not in ("gpu", "cuda", "mps"):
         return
-    import torch
 
     if accelerator == "mps":
         if not torch.backends.mps.is_available():
@@ -247,5 +336,11 @@ def validate(cfg):
         key = getattr(err, "full_key", None) or "config"
         raise UserError(f"{key}: cannot be resolved ({str(err).splitlines()[0]})") from None
     check_tree(plain)
+    if plain.get("stop_at") is not None and plain["stop_at"] <= time.time():
+        raise _fail("stop_at", plain["stop_at"], "that time has passed; give a later Unix time")
+    for rule in CROSS_GROUP:
+        problem = rule(plain)
+        if problem is not None:
+            raise UserError(problem)
     check_devices(plain["trainer"])
     return cfg

@@ -18,6 +18,13 @@ def head_class(name: str) -> type[Head]:
     return HEADS.get(name)
 
 
+def tie_refusal(name: str) -> str:
+    """Why model.tie_embeddings=true cannot go with head=`name` (a head whose class has no `can_tie`), and the fix."""
+    can = "|".join(n for n, o in HEADS.options().items() if o.target.can_tie)
+    return (f"model.tie_embeddings=true: head={name} has no output vector per word to tie to the model's input word "
+            f"vectors; set model.tie_embeddings=auto (ties where the head can) or false, or use head={can}")
+
+
 def build_head(cfg: dict, feature_dim: int, vocab_size: int, counts: list[int] | None = None, tree=None,
                tie_to=None) -> Head:
     """The head named by `cfg["name"]`, with the rest of `cfg` as its options. `counts`: unigram
@@ -29,13 +36,11 @@ def build_head(cfg: dict, feature_dim: int, vocab_size: int, counts: list[int] |
     name = options.pop("name", None)
     cls = head_class(name)
     if tie_to is not None and not cls.can_tie:
-        can = "|".join(n for n, o in HEADS.options().items() if o.target.can_tie)
-        raise UserError(f"model.tie_embeddings=true: head={name} has no output vector per word to tie to the "
-                        f"model's input word vectors; set model.tie_embeddings=false or use head={can}")
+        raise UserError(tie_refusal(name))
     head = cls.from_config(options, feature_dim=feature_dim, vocab_size=vocab_size, counts=counts, tree=tree)
     if tie_to is not None:
         head.tie_output_embeddings(tie_to)
     return head
 
 
-__all__ = ["HEADS", "Head", "build_head", "head_class", "register_head"]
+__all__ = ["HEADS", "Head", "build_head", "head_class", "register_head", "tie_refusal"]

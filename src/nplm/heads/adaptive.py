@@ -105,17 +105,30 @@ def check_options(cutoffs, div_value, feature_dim: int, vocab_size: int) -> list
     given, cutoffs = list(cutoffs), [c for c in cutoffs if c < V] or auto_cutoffs(V)
     if cutoffs != given:
         log.info("head.cutoffs=%s: a vocabulary of %d words takes cutoffs below %d; using %s", given, V, V, cutoffs)
-    for i in range(1, len(cutoffs) + 1):
-        if int(feature_dim // (div_value**i)) < 1:
-            raise UserError(f"head.div_value={div_value} leaves tail cluster {i} a 0-dimensional projection of the "
-                            f"{feature_dim} features; lower head.div_value or use fewer cutoffs")
+    problem = tails_problem(div_value, len(cutoffs), feature_dim)
+    if problem:
+        raise UserError(problem)
     return cutoffs
+
+
+def tails_problem(div_value: float, tails: int, feature_dim: int) -> str | None:
+    """Why `tails` tail clusters, each's projection F // div_value^i wide, do not fit `feature_dim` features."""
+    for i in range(1, tails + 1):
+        if int(feature_dim // (div_value**i)) < 1:
+            return (f"head.div_value={div_value} leaves tail cluster {i} a 0-dimensional projection of the "
+                    f"{feature_dim} features; lower head.div_value or use fewer cutoffs")
+    return None
 
 
 @register_head("adaptive", keys={
     "cutoffs": IntList(1, nullable=True, doc="word-count boundaries of the clusters (null: from the counts)"),
     "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower")})
 class AdaptiveHead(Head):
+    @classmethod
+    def features_problem(cls, options: dict, feature_dim: int) -> str | None:
+        # (cutoffs null: chosen from the vocabulary, at least one tail)
+        return tails_problem(options.get("div_value", 4.0), len(options.get("cutoffs") or [0]), feature_dim)
+
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], cutoffs: Sequence[int] | None = None,
                  div_value: float = 4.0):
         super().__init__()

@@ -75,17 +75,27 @@ class Head(nn.Module):
       trains on an approximation (sampling), which then sets `exact_training_loss = False`.
 
     `uses_tree(options)`: whether the head, with these `head` options, needs an `nplm.trees.Tree`
-    (config group `tree`).
+    (config group `tree`). The schema's rules across groups (`nplm.config.schema`) read `uses_tree`,
+    `can_tie` and `has_predicted_representation` of the head a config names.
     """
 
     exact_training_loss = True
     # Whether the head has one output vector per word that it can take from the model
     # (`tie_output_embeddings`; model.tie_embeddings=true)
     can_tie = False
+    # Whether the head scores a "predicted representation" of the context (`predicted_representation`):
+    # the vectors tree=learned clusters (Mnih & Hinton 2009)
+    has_predicted_representation = False
 
     @classmethod
     def uses_tree(cls, options) -> bool:
         return False
+
+    @classmethod
+    def features_problem(cls, options: dict, feature_dim: int) -> str | None:
+        """What the `head` options cannot do with a model of `feature_dim` features (a line naming the
+        key and the fix), or None; the schema asks before any data is read."""
+        return None
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

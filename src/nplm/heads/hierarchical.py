@@ -53,6 +53,8 @@ EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 
     "sparse": Bool(doc="row-sparse gradients for the node parameters: only the batch's nodes are updated "
                        "(lazy Adam), as model.sparse_embeddings for C; pays at large |V|")})
 class HierarchicalHead(Head):
+    has_predicted_representation = True  # `predicted_representation`: what tree=learned clusters
+
     @classmethod
     def uses_tree(cls, options) -> bool:
         return True

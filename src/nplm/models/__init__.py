@@ -12,7 +12,7 @@ a concrete model.
 from __future__ import annotations
 
 from nplm.config.registry import Registry
-from nplm.models.base import Model
+from nplm.models.base import Model, resolve_tie
 
 MODELS = Registry("model", __name__)
 register_model = MODELS.register
@@ -25,10 +25,13 @@ def model_options(cfg: dict) -> tuple[str, dict]:
     return options.pop("name", "nplm"), options
 
 
-def build_model(cfg: dict, vocab_size: int) -> Model:
+def build_model(cfg: dict, vocab_size: int, head_can_tie: bool = False) -> Model:
     """The model `cfg["name"]` names, over a vocabulary of `vocab_size` words (the values were
-    checked against the schema)."""
+    checked against the schema). `head_can_tie`: whether the head has one output vector per word, what
+    `tie_embeddings=auto` ties to."""
     name, options = model_options(cfg)
+    if "tie_embeddings" in options:
+        options["tie_embeddings"] = resolve_tie(options["tie_embeddings"], head_can_tie)
     cls = MODELS.get(name)
     return cls(vocab_size, cls.config_class(**options))
 

@@ -11,6 +11,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nplm.config.rules import AnyOf, Bool, Choice
+
+# `model.tie_embeddings` of the models that have output word vectors: auto (tie where the head has one
+# output vector per word, its class's `can_tie`), true (refused with a head that cannot), or false.
+TIE_EMBEDDINGS = AnyOf(rules=(Bool(), Choice(options=("auto",))), words="auto, true or false")
+
+
+def resolve_tie(setting, head_can_tie: bool) -> bool:
+    """Whether a model ties with `tie_embeddings` = `setting` (auto, true, false) and a head that can tie
+    (`head_can_tie`) or not."""
+    return head_can_tie if setting == "auto" else bool(setting)
+
 
 class Model(nn.Module):
     """A feature extractor over a context of `context_size` previous tokens.
@@ -50,7 +62,8 @@ class Model(nn.Module):
     def output_embeddings(self) -> nn.Parameter | None:
         """Output word vectors `[V, F]` (a parameter of the model) that the head takes as its own
         (`nplm.heads.build_head(..., tie_to=...)`: input and output word vectors tied); None where
-        the model has none or does not tie them (its `tie_embeddings` key)."""
+        the model has none or does not tie them (its `tie_embeddings` key; `build_model` resolves auto to
+        whether the head can take them, a model built directly with auto offers them)."""
         return None
 
     def can_backprop_by_hand(self) -> bool:

@@ -16,8 +16,9 @@ of the word's code, Mnih & Hinton's (2009) HLBL; with head=nce, Mnih & Teh's (20
 
 `tie_embeddings=true`: the output vectors q_w are the input representations r_w themselves (one table,
 as in the 2007 paper's energy -r_hat^T r_w - b_w); false (default): the head has its own q_w, as in
-the 2009 and 2012 papers. A bias in r_hat's space (the 2007 paper's b_r) adds r_w . b_r to word w's
-score, a per-word constant that b_w already holds, so there is none.
+the 2009 and 2012 papers; auto: tied where the head has one vector per word. A bias in r_hat's
+space (the 2007 paper's b_r) adds r_w . b_r to word w's score, a per-word constant that b_w already
+holds, so there is none.
 
 Parameters: R [V, m] and C [n-1, m, m] (full) or [n-1, m] (diagonal); the head's q [V, m] and b [V].
 """
@@ -30,9 +31,9 @@ import torch
 from torch import nn
 
 from nplm.config.registry import option
-from nplm.config.rules import Bool, Choice, Float, Int
+from nplm.config.rules import Choice, Float, Int
 from nplm.models import Model, register_model
-from nplm.models.base import lookup
+from nplm.models.base import TIE_EMBEDDINGS, lookup
 
 CONTEXT_MATRICES = ("full", "diagonal")
 
@@ -45,7 +46,8 @@ class LBLConfig:
     embed_dim: int = option(100, Int(1), "m, the size of a word representation r_w (and of r_hat)")
     context_matrices: str = option("full", Choice(options=CONTEXT_MATRICES),
                                    "C_i per context position: full m x m (Mnih & Hinton) or diagonal (Mnih & Teh)")
-    tie_embeddings: bool = option(False, Bool(), "the head's output vectors q_w are the input r_w (one table)")
+    tie_embeddings: bool | str = option(False, TIE_EMBEDDINGS, "the head's output vectors q_w are the input r_w "
+                                        "(one table; auto: where the head has one vector per word)")
     dropout: float = option(0.0, Float(ge=0, lt=1), "dropout on r_hat (not in the papers)")
 
 

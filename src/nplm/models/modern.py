@@ -36,7 +36,8 @@ mask per window.
 
 `context_size` is the whole context k (the model reads k previous tokens), `window` its local part w.
 `tie_embeddings=true`: the head's output word vectors are E itself (the paper's tied adaptive
-softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce).
+softmax with head=adaptive; any head with one vector per word: softmax, importance_sampling, nce);
+auto (the default): tied where the head has one vector per word, untied with hierarchical or class_based.
 The paper's WikiText-103 model (conf/experiment/sun2021/wikitext103.yaml): d = 410, 16 blocks,
 hidden 2100 (the first block's 1500: its --mid-dim), w = 15, k = 511, g = 5, dropout 0.2, the adaptive softmax with
 cutoffs 2e4, 4e4, 2e5 and full-width tails (div_val 1) tied to E.
@@ -53,7 +54,7 @@ from torch import nn
 from nplm.config.registry import option
 from nplm.config.rules import Bool, Check, Float, Int
 from nplm.models import Model, register_model
-from nplm.models.base import lookup
+from nplm.models.base import TIE_EMBEDDINGS, lookup
 
 
 @dataclass
@@ -71,7 +72,8 @@ class ModernConfig:
     dropout: float = option(0.2, Float(ge=0, lt=1), "dropout on the input vectors and each block's output")
     residual: bool = option(True, Bool(), "residual sums around every block")
     layer_norm: bool = option(True, Bool(), "layer normalisation after every block")
-    tie_embeddings: bool = option(True, Bool(), "the head's output word vectors are the input table E")
+    tie_embeddings: bool | str = option("auto", TIE_EMBEDDINGS, "the head's output word vectors are the input table E "
+                                        "(auto: where the head has one vector per word)")
 
 
 DEFAULTS = {f.name: f.default for f in fields(ModernConfig)}

@@ -1,8 +1,8 @@
 """What a run leaves behind: metrics.json, metrics.csv, the resolved config, and its trackers.
 
 Every run directory holds
-- `config.yaml`: the resolved config; `metrics.json`: status (running / finished / failed), final and
-  best metrics, corpus statistics, the training step's FLOPs and the device's peak (`flops`, from
+- `config.yaml`: the resolved config; `metrics.json`: status (running / finished / failed / diverged), final
+  and best metrics, corpus statistics, the training step's FLOPs and the device's peak (`flops`, from
   `nplm.training.flops`) and what reproduces the run (seed, git commit, data checksums, versions,
   command line);
 - `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, model FLOP utilisation, lr,
@@ -178,6 +178,11 @@ class RunRecord:
 
     def finish(self, metrics: dict, **extra) -> None:
         self.data.update(status="finished", metrics=metrics, **extra)
+        self.save()
+
+    def diverge(self, error: BaseException, **extra) -> None:
+        """The training diverged (`nplm.training.module.Diverged`): the run stopped; its checkpoints stay."""
+        self.data.update(status="diverged", error=str(error), **extra)
         self.save()
 
     def fail(self, error: BaseException) -> None:

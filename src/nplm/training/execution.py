@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nplm.errors import UserError
+
 
 @dataclass
 class StepOptions:
@@ -57,6 +59,9 @@ class ExecutionPlan:
         if "ddp" in str(options.get("strategy", "")):  # DDP's reducer expects one backward per forward of its wrapper
             size = 1
         interval = options.get("val_check_interval", 1.0)
+        if isinstance(interval, int) and interval > batches:  # (validation every check_val_every_n_epoch epochs)
+            raise UserError(f"trainer.val_check_interval={interval}: more than the {batches} training batches of an "
+                            f"epoch; use at most {batches}, or a fraction of the epoch such as 0.5")
         if interval is not None and not (isinstance(interval, float) and interval == 1.0):
             every = int(interval) if isinstance(interval, int) else max(1, int(batches * interval))
             size = math.gcd(size, every)  # validation falls between two groups

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import time
@@ -15,7 +16,7 @@ from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.execution import StepOptions
 from nplm.training.flops import FlopReport
-from nplm.heads import build_head
+from nplm.heads import build_head, head_class
 from nplm.models import build_model
 from nplm.optimizers import build_optimizer
 from nplm.optimizers.lazy import step_without_profiler
@@ -44,6 +45,12 @@ def lightning_counter(trainer: pl.Trainer, path: str, attribute: str):
     for name in path.split("."):
         found = getattr(found, name, None)
     return found if hasattr(found, attribute) else None
+
+
+class Diverged(UserError):
+    """The training loss, or the validation perplexity, is no longer finite: the run stops at once. Its record
+    says "diverged" and its folder stays, with the checkpoints written before (each after a validation with a
+    finite perplexity, or after an epoch whose training loss was finite)."""
 
 
 def use_tf32(enabled: bool) -> None:
@@ -81,10 +88,12 @@ class LanguageModel(pl.LightningModule):
         self.save_hyperparameters(ignore=["vocab", "tree"])
         self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_dict(vocab)
         self.tree = tree if isinstance(tree, Tree) or tree is None else Tree.from_dict(tree)
-        self.model = build_model(model, len(self.vocab))
+        self.model = build_model(model, len(self.vocab), head_can_tie=head_class(head["name"]).can_tie)
         # the head's output word vectors are the model's own where it defines them (model.tie_embeddings)
+        tie_to = self.model.output_embeddings()
         self.head = build_head(head, self.model.feature_dim, len(self.vocab), self.vocab.counts, self.tree,
-                               tie_to=self.model.output_embeddings())
+                               tie_to=tie_to)
+        self.tied_embeddings = tie_to is not None  # (the run's record says so)
         # Heads that train on a sampled objective report its perplexity under another name.
         self.train_ppl_name = "train/ppl" if self.head.exact_training_loss else "train/ppl_sampled"
         self.val_ppl, self.test_ppl = Perplexity(), Perplexity()
@@ -166,6 +175,16 @@ class LanguageModel(pl.LightningModule):
         self._epoch_tokens = self._epoch_batches = 0
         self._nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # sum of per-token NLL
         self._reset_window()
+        self._reset_watch()
+
+    def _reset_watch(self) -> None:
+        """Where the first non-finite per-token training loss since the last check is (`_watch_finite`):
+        its place among the tokens trained since then (-1: none) and its value, device tensors written
+        without a sync; and, on the host, each batch's last token's place, optimizer step and number in the epoch."""
+        self._bad_at = torch.full((), -1, dtype=torch.int64, device=self.device)
+        self._bad_value = torch.zeros((), dtype=torch.float32, device=self.device)
+        self._unchecked: list[tuple[int, int, int]] = []  # (tokens up to the batch's end, its optimizer step, batch)
+        self._unchecked_tokens = 0
 
     def _reset_window(self) -> None:
         """The per-token loss summed over the batches since the last log line (a device tensor: no sync
@@ -180,8 +199,9 @@ class LanguageModel(pl.LightningModule):
         order, exactly as with one batch per step; Lightning's own cost per step (hooks, callbacks,
         logging) is paid once per group.
 
-        No host-device sync: the loss and NLL sums stay on the device; they are read, and checked for
-        a NaN/inf, every `log_every_n_steps` optimizer steps and at the end of the epoch."""
+        No host-device sync: the loss and NLL sums, and where the first NaN/inf loss is (`_watch_finite`),
+        stay on the device; they are read, and checked (`check_finite`), every `log_every_n_steps` optimizer
+        steps, at each validation and at the end of the epoch."""
         if isinstance(batches[0], torch.Tensor):  # one (context, target) batch: a loader of single batches
             batches = [batches]
         options = self.step_options
@@ -206,14 +226,19 @@ class LanguageModel(pl.LightningModule):
                     loss = nll.mean() / accumulate
                     loss.backward() if self._direct else self.manual_backward(loss)
                 self._epoch_batches += 1
-                if self._epoch_batches % accumulate == 0 or i == last:  # (a partial last one)
+                stepped = self._epoch_batches % accumulate == 0 or i == last  # (a partial last one)
+                if stepped:
                     self._optimizer_step(optimizer, schedulers)
                 nlls.append(nll.detach())
                 done += 1
                 tokens += target.numel()
+                self._unchecked_tokens += target.numel()
+                self._unchecked.append((self._unchecked_tokens, self.global_step + (not stepped), self._epoch_batches))
         if not done:  # max_steps was reached before this group
             return {"batches": 0, "tokens": 0}
-        group_sum = torch.cat(nlls).sum(dtype=torch.float64)
+        losses = torch.cat(nlls)  # [N] the group's per-token losses
+        group_sum = losses.sum(dtype=torch.float64)
+        self._watch_finite(losses, group_sum, self._unchecked_tokens - tokens)
         self._nll_sum += group_sum
         self._window_loss += group_sum
         self._window_steps += done
@@ -226,6 +251,37 @@ class LanguageModel(pl.LightningModule):
         if self._log_axis is not None:
             self._log_axis._batches_that_stepped = self.global_step - 1
         return {"loss": (group_sum / tokens).float(), "batches": done, "tokens": tokens}
+
+    def _watch_finite(self, losses: torch.Tensor, total: torch.Tensor, offset: int) -> None:
+        """Keep, on the device, the place (`offset` + its index) and value of the first non-finite loss of the
+        group's per-token `losses` [N], unless an earlier one is kept; `total`: their sum (non-finite if one is:
+        a loss is >= 0 or NaN). A few small kernels per group and no host-device sync."""
+        bad = ~torch.isfinite(total) & (self._bad_at < 0)
+        first = (~torch.isfinite(losses)).to(torch.uint8).argmax()  # [] the first non-finite one, if any
+        self._bad_at = torch.where(bad, first + offset, self._bad_at)
+        self._bad_value = torch.where(bad, losses.index_select(0, first.view(1))[0].float(), self._bad_value)
+
+    def check_finite(self) -> None:
+        """Raise `Diverged`, naming the optimizer step, if a training loss since the last check was not finite.
+        One read of the device: called where the loss is read anyway (a log line, the end of an epoch, a
+        validation)."""
+        if not self._unchecked:
+            return
+        with self._sync_mode("default"):
+            self.head.check_training(False)  # first: a head's counters say why a loss was not finite
+            at, value = torch.stack([self._bad_at.double(), self._bad_value.double()]).tolist()
+        if at >= 0:
+            ends = [end for end, _, _ in self._unchecked]
+            _, step, batch = self._unchecked[bisect.bisect_right(ends, int(at))]
+            raise Diverged(f"training loss became {value} at optimizer step {step} (epoch {self.current_epoch}, "
+                           f"batch {batch}); {self.divergence_fix()}")
+        self._unchecked, self._unchecked_tokens = [], 0
+
+    def divergence_fix(self) -> str:
+        """What to change when the training diverged."""
+        lr, clip = self.hparams.optimizer["lr"], self.step_options.gradient_clip_val
+        return (f"lower optimizer.lr (e.g. optimizer.lr={lr / 10:g}) or "
+                + (f"trainer.gradient_clip_val (now {clip:g})" if clip else "set trainer.gradient_clip_val=1.0"))
 
     def _optimizer_step(self, optimizer, schedulers: list) -> None:
         """Clip (`trainer.gradient_clip_val`), step, zero the gradients, step the per-step schedules."""
@@ -246,24 +302,18 @@ class LanguageModel(pl.LightningModule):
             scheduler.step()
 
     def _log_window(self, epoch_end: bool = False) -> None:
-        """Log the mean per-token training loss since the last call; a non-finite sum (one NaN or inf step makes
-        it so for good) stops training with a one-line error.
+        """Log the mean per-token training loss since the last call, after `check_finite` (a non-finite loss
+        stops training with a one-line error).
 
         Inside the epoch the value goes to the loggers themselves, at the last optimizer step's place on
         their axis: `self.log` would leave it in Lightning's step results, which Lightning writes again
         at every later step it flushes (each step of several batches) until a new value comes."""
         with self._sync_mode("default"):
-            self.head.check_training(epoch_end)  # before the loss's check: a head's counters say why first
+            self.head.check_training(epoch_end)  # (at an epoch's end also its capacities' growth)
         if self._window_steps == 0:
             return
+        self.check_finite()  # the read of the device every log_every_n_steps steps
         mean = (self._window_loss / self._window_tokens).float()
-        with self._sync_mode("default"):  # the one read of the device every log_every_n_steps steps
-            if not torch.isfinite(mean):
-                last = self._epoch_batches  # batches of this epoch trained so far, the window's the last ones
-                first = last - self._window_steps + 1
-                where = f"in batch {last}" if first == last else f"between batches {first} and {last}"
-                raise UserError(f"training loss became {mean.item()} {where} (epoch {self.current_epoch}); lower "
-                                f"the learning rate, e.g. optimizer.lr={self.hparams.optimizer['lr'] / 10:g}")
         if epoch_end:
             self.log("train/loss", mean, prog_bar=True)
         else:
@@ -317,6 +367,11 @@ class LanguageModel(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         ppl = self.val_ppl.compute().item()
         self.val_ppl.reset()
+        if self._validating_inside_fit():  # (before the checkpoint callbacks: a diverged model is not saved)
+            self.check_finite()
+            if not math.isfinite(ppl):
+                raise Diverged(f"validation perplexity became {ppl} after optimizer step {self.global_step} "
+                               f"(epoch {self.current_epoch}); {self.divergence_fix()}")
         if not self.trainer.sanity_checking:
             self.best_val_ppl = min(self.best_val_ppl, ppl)
         self.log("val/ppl", ppl, prog_bar=True, sync_dist=True)

@@ -23,14 +23,15 @@ from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
-from nplm.tracking.runs import clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, resolve_resume
+from nplm.tracking.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
+                               resolve_resume)
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
-from nplm.training.module import LanguageModel
+from nplm.training.module import Diverged, LanguageModel
 from nplm.training.process import set_up_process
-from nplm.training.trainer import build_trainer
+from nplm.training.trainer import build_trainer, check_trainer
 from nplm.training.tree_phase import container, tree_of_run
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,10 @@ def _hydra_job() -> tuple[str, str | None]:
 def train(cfg: DictConfig) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics.
 
-    A `UserError` (bad config value, bad data, a NaN loss) removes the job's run directory, so a
-    mistake never leaves a half-written run behind, except a `WriteError` (a full disk) once the run
-    has a checkpoint: that stays, to be continued; any other failure marks metrics.json "failed".
+    A `UserError` (bad config value, bad data) removes the job's run directory, so a mistake never
+    leaves a half-written run behind, except a `WriteError` (a full disk) once the run has a checkpoint:
+    that stays, to be continued; and `Diverged` (a training loss no longer finite): the run stays, its
+    metrics.json "diverged", with the checkpoints written before. Any other failure marks metrics.json "failed".
     One process writes a run folder at a time (`nplm.tracking.lock`): a second is refused.
     """
     quiet(bool(cfg.get("verbose")))
@@ -62,6 +64,7 @@ def train(cfg: DictConfig) -> dict:
     overrides = job_overrides()
     try:
         cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
+        check_trainer(container(cfg.trainer))  # and what Lightning refuses when it makes the Trainer
     except UserError as err:
         _fail_fresh_job(fresh, overrides, err)
         raise
@@ -86,6 +89,12 @@ def train(cfg: DictConfig) -> dict:
         return _train(cfg, out_dir, ckpt, overrides)
     except UserError as err:
         finish_wandb(failed=True)
+        if isinstance(err, Diverged):  # the run stays as it stopped: its record says so, its checkpoints are kept
+            record = read_record(out_dir)
+            if rank_zero_only.rank == 0 and record is not None and record.get("status") == "running":
+                # tree=learned's first phase diverged (bootstrap/metrics.json says where), before this run's record
+                write_json(out_dir / "metrics.json", {**record, "status": "diverged", "error": str(err)})
+            raise
         # a full disk after a checkpoint: the run stays, to be continued (its record says why it stopped)
         kept = isinstance(err, WriteError) and any((out_dir / "checkpoints").glob("*.ckpt"))
         _fail_fresh_job(fresh, overrides, err, remove=not kept and (ckpt is None or not ckpt.is_relative_to(fresh)))
@@ -135,6 +144,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s)
+    record.data["tied_embeddings"] = module.tied_embeddings  # model.tie_embeddings (auto) as resolved
     if tree is not None and record.enabled:
         tree.save(out_dir / "tree.json")
         record.data["tree"] = tree.stats(dm.vocab.counts)
@@ -170,6 +180,10 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                  f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
         failed = False
         return metrics
+    except Diverged as err:
+        record.diverge(err, epochs=trainer.current_epoch, history=history.rows,
+                       best_checkpoint=trainer.checkpoint_callback.best_model_path or None)
+        raise
     except UserError as err:
         if isinstance(err, WriteError):  # a full disk: the checkpoints stay; the record says why, if it can
             try:

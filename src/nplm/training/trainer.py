@@ -9,6 +9,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from omegaconf import DictConfig
 
+from nplm.config.rules import show
 from nplm.errors import UserError
 from nplm.tracking.progress import Progress
 from nplm.tracking.records import EpochHistory
@@ -28,6 +29,37 @@ class StopAt(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
         if time.time() >= self.deadline:
             trainer.should_stop = True
+
+
+# The Trainer arguments Lightning checks against each other and the machine when a Trainer is made, each
+# with a value it always accepts on a CPU (to tell which one it refused).
+START_UP_KEYS = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "precision": "32-true", "num_nodes": 1}
+
+
+def check_trainer(trainer_cfg: dict) -> None:
+    """Make a Trainer of the `trainer` group's settings (nothing is trained or written), before any data is
+    read: what Lightning refuses (a strategy that needs a GPU or a missing package, device ids on a CPU)
+    is one `UserError` naming the key, found by setting each of `START_UP_KEYS` back to its safe value."""
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    def make(options: dict) -> None:
+        pl.Trainer(**options, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False)
+
+    options = {k: v for k, v in trainer_cfg.items() if k in START_UP_KEYS}
+    try:
+        make(options)
+    except (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
+        for key in options:
+            try:
+                make({**options, key: START_UP_KEYS[key]})
+            except Exception:
+                continue
+            raise UserError(f"trainer.{key}={show(options[key])}: Lightning refuses it here ({first}); "
+                            f"change trainer.{key} (e.g. trainer.{key}={show(START_UP_KEYS[key])})") from None
+        raise UserError(f"trainer: Lightning refuses these settings ({first}); change trainer.accelerator, "
+                        "trainer.devices, trainer.strategy or trainer.precision") from None
 
 
 def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
@@ -51,9 +83,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     if cfg.callbacks.get("ema_decay"):  # validate, checkpoint and test the weights' moving average
         callbacks.append(ema_callback(float(cfg.callbacks.ema_decay)))
     trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
-    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time): train until then, then test the best checkpoint
-        if float(cfg.stop_at) <= time.time():
-            raise UserError(f"stop_at={cfg.stop_at}: that time has passed; give a later Unix time")
+    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time, checked by the schema): train until then, then test
         callbacks.append(StopAt(float(cfg.stop_at)))
     callbacks += extra_callbacks
     if trainer_cfg.get("enable_progress_bar") is not False:

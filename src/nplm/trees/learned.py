@@ -15,7 +15,7 @@ import torch
 
 from nplm.errors import UserError
 from nplm.trees.mixture_tree import SPLITS, mixture_tree
-from nplm.config.rules import Choice, FilePath, Float, Int
+from nplm.config.rules import Check, Choice, FilePath, Float, Int
 from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
@@ -46,11 +46,17 @@ def predicted_word_vectors(module, windows: torch.Tensor, vocab_size: int, batch
     return out.float().cpu()
 
 
-@register_tree("learned", keys={
+def _eps_needs_adaptive(tree: dict) -> str | None:
+    if tree.get("eps", 0.0) > 0 and tree.get("split", "adaptive") != "adaptive":
+        return "0 with tree.split=balanced (BALANCED splits give one code per word); or set tree.split=adaptive"
+    return None
+
+
+@register_tree("learned", checks=(Check("eps", _eps_needs_adaptive),), keys={
     "iterations": Int(1, doc="EM iterations of each 2-component mixture"), "seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)"),
     "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet"), doc="the first model's tree"),
     "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run", doc="epochs of the first model"),
-    "split": Choice(options=("adaptive", "balanced"), default="adaptive", doc="Mnih & Hinton's ADAPTIVE or BALANCED"),
+    "split": Choice(options=SPLITS, default="adaptive", doc="Mnih & Hinton's ADAPTIVE or BALANCED"),
     "eps": Float(ge=0, lt=0.5, default=0.0, doc="ADAPTIVE(eps): words this close to 0.5 get codes in both subtrees"),
     "runs": Int(1, default=1, doc="trees whose codes every word gets (several codes per word)"),
     "bootstrap_checkpoint": FilePath(nullable=True, doc="a first model trained elsewhere (skips phase 1)")})
@@ -59,15 +65,8 @@ def build(ctx, split: str = "adaptive", eps: float = 0.0, runs: int = 1, iterati
     """`split`: balanced | adaptive (Mnih & Hinton's BALANCED, ADAPTIVE); `eps` >= 0 with adaptive:
     their ADAPTIVE(eps), words within eps of responsibility 0.5 get a code in both subtrees; `runs`:
     independent mixture recursions joined under one root (their x2, x4); `iterations`: EM steps per
-    split; `seed`: run r's EM starts from seed + r (null: the run's seed)."""
-    if split not in SPLITS:
-        raise UserError(f"tree.split={split!r} is not one of: {', '.join(SPLITS)}")
-    if not 0 <= eps < 0.5:
-        raise UserError(f"tree.eps={eps} must be in [0, 0.5) (0: one code per word)")
-    if eps > 0 and split != "adaptive":
-        raise UserError(f"tree.eps={eps} needs tree.split=adaptive (BALANCED splits give one code per word)")
-    if int(runs) != runs or runs < 1:
-        raise UserError(f"tree.runs={runs} must be a whole number >= 1 (Mnih & Hinton used 1, 2 and 4)")
+    split; `seed`: run r's EM starts from seed + r (null: the run's seed). The values were checked
+    against the keys and the rule registered here (`nplm.config.schema`), before any data was read."""
     if ctx.embeddings is None:
         raise UserError("tree=learned needs word vectors from a first training phase (ctx.embeddings is None); "
                         "nplm-train runs that phase itself (tree.bootstrap)")
