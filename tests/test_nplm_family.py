@@ -56,7 +56,8 @@ def test_lbl_tied_scores_with_its_own_representations_and_has_one_table():
     context = torch.randint(0, V, (B, 2))
     head.nll(model(context), torch.arange(B)).sum().backward()
     assert model.R.weight.grad[torch.arange(B)].abs().sum() > 0  # the targets' rows get the output side's gradient
-    assert LBL(V, LBLConfig()).output_embeddings() is None  # untied by default (the 2009 and 2012 papers)
+    assert LBL(V, LBLConfig(tie_embeddings=False)).output_embeddings() is None  # the 2009 and 2012 papers
+    assert LBLConfig().tie_embeddings == "auto"  # tied where the head can (build_model resolves it)
 
 
 # -- the modern NPLM ---------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ tree (head=hierarchical head.node_form=logistic), P(d_i = 1) = sigma(r_hat . q_i
 of the word's code, Mnih & Hinton's (2009) HLBL; with head=nce, Mnih & Teh's (2012) training.
 
 `tie_embeddings=true`: the output vectors q_w are the input representations r_w themselves (one table,
-as in the 2007 paper's energy -r_hat^T r_w - b_w); false (default): the head has its own q_w, as in
-the 2009 and 2012 papers; auto: tied where the head has one vector per word. A bias in r_hat's
+as in the 2007 paper's energy -r_hat^T r_w - b_w); false: the head has its own q_w, as in the 2009 and
+2012 papers (experiment=mnih2009/* set it); auto (default): tied where the head has one vector per word. A bias in r_hat's
 space (the 2007 paper's b_r) adds r_w . b_r to word w's score, a per-word constant that b_w already
 holds, so there is none.
 
@@ -46,7 +46,7 @@ class LBLConfig:
     embed_dim: int = option(100, Int(1), "m, the size of a word representation r_w (and of r_hat)")
     context_matrices: str = option("full", Choice(options=CONTEXT_MATRICES),
                                    "C_i per context position: full m x m (Mnih & Hinton) or diagonal (Mnih & Teh)")
-    tie_embeddings: bool | str = option(False, TIE_EMBEDDINGS, "the head's output vectors q_w are the input r_w "
+    tie_embeddings: bool | str = option("auto", TIE_EMBEDDINGS, "the head's output vectors q_w are the input r_w "
                                         "(one table; auto: where the head has one vector per word)")
     dropout: float = option(0.0, Float(ge=0, lt=1), "dropout on r_hat (not in the papers)")
 
