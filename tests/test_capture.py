@@ -240,8 +240,20 @@ def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, mo
     eager = run_train(*overrides)
     dry = dry_run(run_train, monkeypatch, *overrides)
     assert "train/graph_steps" not in eager and dry["train/graph_steps"] > 0
-    for key in ("train/ppl", "val/ppl", "test/ppl"):
+    for key in ("train/ppl", "val/ppl", "test/ppl", "train/lr"):
         assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
+    assert 0 < dry["train/lr"] < 0.01  # the cosine's value after two epochs, not the tensor's initial one
+
+
+def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train, monkeypatch):
+    """ReduceLROnPlateau steps after validation, filling the captured step's tensor step size in place."""
+    overrides = [*TOY_FAST, "trainer.max_epochs=3", "optimizer=sgd", "optimizer.lr=5.0", "optimizer.lr_decay=0",
+                 "optimizer.plateau_factor=0.5"]
+    eager = run_train(*overrides)
+    dry = dry_run(run_train, monkeypatch, *overrides)
+    for key in ("train/ppl", "val/ppl", "train/lr"):
+        assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
+    assert dry["train/lr"] == 2.5  # the last epoch's: halved once after a validation no better than the best
 
 
 def test_an_uncapturable_run_says_why_in_one_line_and_trains_eagerly(run_train, monkeypatch, caplog):

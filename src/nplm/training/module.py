@@ -333,7 +333,8 @@ class LanguageModel(pl.LightningModule):
         if self.flops is not None:  # model FLOP utilisation of the run's devices
             self.log("train/mfu", self.flops.mfu(rate, self.trainer.world_size), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)  # this epoch's
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # this epoch's (a copy: a captured step's is filled in place)
+        self.log("train/lr", lr.clone() if isinstance(lr, torch.Tensor) else lr, sync_dist=True)
         if self._captured is not None:  # batches of this epoch that replayed the captured step
             self.log("train/graph_steps", float(self._captured.replays), sync_dist=True)
         self._step_epoch_schedulers()
