@@ -22,9 +22,10 @@ from nplm.optimizers import build_optimizer
 from nplm.training import capture
 from nplm.training.capture import CapturedStep, capture_blocker, eager_optimizer_state
 from nplm.training.module import LanguageModel
+from nplm.training.train import train
 from nplm.trees.tree import Tree, balanced_nested
 
-from conftest import TOY_FAST
+from conftest import TOY_FAST, compose_cfg
 
 V, B, K, STEPS = 41, 16, 3, 6  # vocabulary, batch, context, training steps (3 warm-up, 3 on the static buffers)
 SMALL = {"context_size": K, "embed_dim": 16, "hidden_dim": 16, "window": 2, "summaries": 1, "num_layers": 2,
@@ -325,3 +326,15 @@ def test_dropout_masks_differ_between_replays_on_cuda():
         step.step(context, target)
         sums.append(step.take_loss_sum().item())
     assert step.replays == 3 and len(set(sums[capture.WARMUP_STEPS:])) == 3
+
+
+def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, monkeypatch, tmp_path):
+    """last.ckpt holds float step sizes, capturable off; resuming it without the captured step trains on."""
+    first = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    groups = saved["optimizer_states"][0]["param_groups"]
+    assert all(isinstance(g["lr"], float) and not g.get("capturable") for g in groups)
+    resumed = train(compose_cfg(tmp_path / "again", *TOY_FAST, "trainer.max_epochs=2", f"resume={last}",
+                                "resume_allow_changes=true"))
+    assert 0 < resumed["train/ppl"] < first["train/ppl"]  # a second epoch trained on
