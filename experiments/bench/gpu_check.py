@@ -5,13 +5,16 @@ Run on a CUDA machine from the repository root (needs hydra-core, omegaconf and 
 Lightning and pytest):
 
     python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
-                                           [--models nplm,lbl,modern] [--out experiments/bench/gpu_check.md --commit SHA]
+                                           [--graphs on|off|both] [--models nplm,lbl,modern]
+                                           [--out experiments/bench/gpu_check.md --commit SHA] [--dry-run]
 
 (All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
 `--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
 
 1. pytest tests/test_fast_paths.py (its CUDA tests: every head's NLL and gradient on the GPU equal the
-   CPU's; a training step of every head, fp32 and bf16 autocast, with sync debug mode "error"), with
+   CPU's; a training step of every head, fp32 and bf16 autocast, with sync debug mode "error") and
+   tests/test_capture.py (every registered model x head captured as a CUDA graph, replayed with sync
+   debug mode "error", its losses and parameters against the eager step's), with
    NPLM_TEST_INDUCTOR=1 so compile=true is checked against eager with inductor's code, not only the
    graph capture (not with --no-compile); and the head tests (test_heads_more, test_hierarchical,
    test_model);
@@ -21,6 +24,11 @@ Lightning and pytest):
    output vectors tied to the input table where the head has one per word), `--steps` training batches
    and 20 validation batches, NPLM_SYNC_DEBUG=1 (a host-device sync in forward, backward or the
    optimizer update raises; validation and the every-50-steps log are outside the checked region).
+   With `--graphs on` (the default) every run trains with cuda_graphs=true and must have replayed its
+   captured step (`train/graph_steps` > 0: a capture that fails, or a configuration that cannot be
+   captured, fails the row); `off`: the eager step (cuda_graphs=false); `both`: each run twice.
+
+`--dry-run` composes every run's config and prints the runs, without a GPU (a check of the script).
 
 Prints one summary table (status, train/val perplexity, training tokens/s) and exits 1 if any failed.
 """
@@ -78,27 +86,35 @@ def run_tests(inductor: bool) -> int:
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
     if inductor:
         env["NPLM_TEST_INDUCTOR"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_fast_paths.py", "tests/test_heads_more.py",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_fast_paths.py", "tests/test_capture.py",
+           "tests/test_heads_more.py",
            "tests/test_hierarchical.py", "tests/test_model.py"]
     print("$", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
-def train_run(overrides: list[str], precision: str, compile_: bool, steps: int) -> dict:
-    import torch
+def run_config(overrides: list[str], precision: str, compile_: bool, graphs: bool, steps: int, tmp: str):
+    """The composed config of one check run, writing under `tmp`."""
     from hydra import compose, initialize_config_dir
 
     from nplm.config import CONF_DIR
+
+    overrides = [*overrides, "trainer=gpu", f"trainer.precision={precision}", f"compile={str(compile_).lower()}",
+                 f"cuda_graphs={str(graphs).lower()}", "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
+                 "trainer.limit_val_batches=20", "trainer.enable_progress_bar=false", "logger=none",
+                 f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def train_run(overrides: list[str], precision: str, compile_: bool, graphs: bool, steps: int) -> dict:
+    import torch
+
     from nplm.training.train import train
 
     torch._dynamo.reset()
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = [*overrides, "trainer=gpu", f"trainer.precision={precision}",
-                     f"compile={str(compile_).lower()}", "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
-                     "trainer.limit_val_batches=20", "trainer.enable_progress_bar=false", "logger=none",
-                     f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data"]
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=overrides)
+        cfg = run_config(overrides, precision, compile_, graphs, steps, tmp)
         start = time.perf_counter()
         metrics = train(cfg)
         metrics["wall_s"] = time.perf_counter() - start
@@ -114,6 +130,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
     parser.add_argument("--out", type=Path, default=None, help="also write the summary there (gpu_check.md)")
     parser.add_argument("--commit", default="unknown", help="the git commit checked (the GPU copy may have no .git)")
+    parser.add_argument("--graphs", choices=("on", "off", "both"), default="on",
+                        help="cuda_graphs=true (each run must replay its captured step), false, or both")
+    parser.add_argument("--dry-run", action="store_true", help="compose every run's config and list the runs; no GPU")
     args = parser.parse_args()
     models = args.models.split(",")
     if unknown := sorted(set(models) - set(MODELS)):
@@ -123,27 +142,37 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     import torch
 
+    runs = list(itertools.product(models, HEADS, ("32-true", "bf16-mixed"),
+                                  (False,) if args.no_compile else (True,) if args.compile_only else (False, True),
+                                  {"on": (True,), "off": (False,), "both": (False, True)}[args.graphs]))
+    if args.dry_run:
+        with tempfile.TemporaryDirectory() as tmp:
+            for model, name, precision, compile_, graphs in runs:
+                run_config(model_head(model, name), precision, compile_, graphs, args.steps, tmp)
+        print(f"gpu_check: {len(runs)} runs composed (--dry-run: none trained)")
+        return
     if not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}", flush=True)
     tests_rc = 0 if args.skip_tests else run_tests(inductor=not args.no_compile)
     logging.disable(logging.WARNING)
     rows, failed = [], 0
-    for model, name, precision, compile_ in itertools.product(
-            models, HEADS, ("32-true", "bf16-mixed"),
-            (False,) if args.no_compile else (True,) if args.compile_only else (False, True)):
+    for model, name, precision, compile_, graphs in runs:
+        where = f"| {model} | {name} | {precision} | {compile_} | {graphs} |"
         try:
-            m = train_run(model_head(model, name), precision, compile_, args.steps)
+            m = train_run(model_head(model, name), precision, compile_, graphs, args.steps)
             ppl = m.get("train/ppl", m.get("train/ppl_sampled"))
-            row = (f"| {model} | {name} | {precision} | {compile_} | ok | {ppl:.3f} | {m['val/ppl']:.3f} | "
+            replayed = int(m.get("train/graph_steps", 0))
+            if graphs and replayed == 0:
+                raise RuntimeError("cuda_graphs=true but no step replayed a captured graph (see the log line)")
+            row = (f"{where} ok | {replayed if graphs else ''} | {ppl:.3f} | {m['val/ppl']:.3f} | "
                    f"{m['train/tokens_per_s']:,.0f} | {m['wall_s']:.1f} |")
         except Exception as err:  # noqa: BLE001 - the summary names every failure
             failed += 1
             trace = traceback.format_exc().strip().splitlines()
-            print(f"## {model} {name} {precision} compile={compile_} FAILED\n" + "\n".join(trace[-25:]),
-                  flush=True)
-            row = (f"| {model} | {name} | {precision} | {compile_} | FAILED: {type(err).__name__}: "
-                   f"{str(err)[:120]} | | | | |")
+            print(f"## {model} {name} {precision} compile={compile_} cuda_graphs={graphs} FAILED\n"
+                  + "\n".join(trace[-25:]), flush=True)
+            row = f"{where} FAILED: {type(err).__name__}: {str(err)[:120]} | | | | | |"
         print(row, flush=True)
         rows.append(row)
     text = summary(args.steps, rows, "skipped" if args.skip_tests else "passed" if tests_rc == 0
@@ -165,8 +194,10 @@ def summary(steps: int, rows: list[str], tests: str, failed: int, commit: str) -
         f"{torch.__version__} (CUDA {torch.version.cuda}), {platform.platform()}.", "",
         f"pytest (the CUDA tests and the head tests): {tests}; runs failed: {failed} of {len(rows)}.", "",
         f"## nplm-train, {steps} steps, NPLM_SYNC_DEBUG=1 (sync debug mode 'error' in every step after the first)", "",
-        "| model | head | precision | compile | status | train ppl | val ppl | train tokens/s | wall s |",
-        "|---|---|---|---|---|---:|---:|---:|---:|", *rows, ""])
+        "graph steps: the training batches that replayed the captured step (cuda_graphs=true).", "",
+        "| model | head | precision | compile | cuda_graphs | status | graph steps | train ppl | val ppl | "
+        "train tokens/s | wall s |",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|", *rows, ""])
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import os
 import time
@@ -14,6 +15,7 @@ import torch
 from nplm.fast import backprop
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
+from nplm.training.capture import SILENCE, CapturedStep, capture_blocker, eager_optimizer_state
 from nplm.training.execution import StepOptions
 from nplm.training.flops import FlopReport
 from nplm.heads import build_head, head_class
@@ -22,6 +24,8 @@ from nplm.optimizers import build_optimizer
 from nplm.optimizers.lazy import step_without_profiler
 from nplm.training.perplexity import Perplexity
 from nplm.trees.tree import Tree
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
@@ -74,7 +78,8 @@ class LanguageModel(pl.LightningModule):
     clipping and accumulation on `step_options`, not on the Trainer (Lightning refuses them there).
     Where `nplm.fast.backprop.possible` (a model and head that differentiate themselves, on a CPU, in
     float32, not compiled) the step computes the gradients by hand rather than through autograd: the
-    same gradients, faster for small models.
+    same gradients, faster for small models. On a CUDA device, with `cuda_graphs` (the default), each
+    batch's whole step replays a captured CUDA graph (`nplm.training.capture`).
     """
 
     def __init__(self, model: dict, head: dict, optimizer: dict, vocab: Vocabulary | dict, data: dict | None = None,
@@ -102,6 +107,8 @@ class LanguageModel(pl.LightningModule):
         self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.training.execution)
         self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
         self._compiled = False  # compile_training_step was called
+        self.cuda_graphs = True  # capture the training step on a CUDA device (config key cuda_graphs)
+        self._captured: CapturedStep | None = None
         self.flops: FlopReport | None = None  # the training step's FLOPs and the device's peak (FlopCount)
 
     # -- the model ---------------------------------------------------------------------------
@@ -142,6 +149,24 @@ class LanguageModel(pl.LightningModule):
         # NPLM_SYNC_DEBUG=1 on a GPU: any host-device sync in a training step (forward, backward,
         # optimizer update) raises (experiments/bench/gpu_check.py)
         self._sync_debug = os.environ.get("NPLM_SYNC_DEBUG") == "1" and self.device.type == "cuda"
+        self._captured = self._captured_step()
+
+    def _captured_step(self) -> CapturedStep | None:
+        """The captured training step (`nplm.training.capture`) where `cuda_graphs` is on and the device is
+        CUDA (or env NPLM_CAPTURE_DRY=1: its dry run, on any device); None, with one log line saying why
+        where the configuration cannot be captured: eager steps."""
+        dry = os.environ.get("NPLM_CAPTURE_DRY") == "1"
+        if not self.cuda_graphs or (self.device.type != "cuda" and not dry):
+            return None
+        optimizer = self.optimizers().optimizer
+        options = self.step_options
+        why = capture_blocker(self, optimizer, options.accumulate_grad_batches, self._direct,
+                              counted=self._step_counter is not None)
+        if why is not None:
+            log.warning("cuda_graphs: the training step cannot be captured: %s; training eagerly (%s)", why, SILENCE)
+            return None
+        return CapturedStep(self._train_loss, self.parameters(), optimizer, options.gradient_clip_val,
+                            options.gradient_clip_algorithm, dry=dry)
 
     def _direct_steps_possible(self) -> bool:
         """Whether the training step may call `loss.backward()` and the torch optimizer itself rather
@@ -176,6 +201,8 @@ class LanguageModel(pl.LightningModule):
         self._nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # sum of per-token NLL
         self._reset_window()
         self._reset_watch()
+        if self._captured is not None:  # captured again each epoch: a head may resize at an epoch's end
+            self._captured.reset()
 
     def _reset_watch(self) -> None:
         """Where the first non-finite per-token training loss since the last check is (`_watch_finite`):
@@ -213,31 +240,44 @@ class LanguageModel(pl.LightningModule):
         done = tokens = 0
         steps_before = self.global_step
         last = len(batches) - 1 if self.trainer.is_last_batch else -1
+        captured = self._captured
         with self._sync_mode("error" if self.global_step > 0 else "default"):  # the first step compiles
             for i, (context, target) in enumerate(batches):
                 if 0 < max_steps <= self.global_step:
                     break
-                accumulate = options.accumulate_grad_batches
-                # the gradients of a window batch's mean loss, without autograd (nplm.fast.backprop)
-                if self._by_hand and target.dim() == 1:
-                    nll = backprop.train_loss(self.model, self.head, context, target, 1 / (len(target) * accumulate))
+                if captured is not None:  # the whole step, replayed (its loss sum stays in `captured`)
+                    self._counted(lambda: captured.step(context, target))
+                    for scheduler in schedulers:
+                        scheduler.step()
+                    self._epoch_batches += 1
+                    stepped = True
                 else:
-                    nll = self._train_loss(context, target)  # [N]
-                    loss = nll.mean() / accumulate
-                    loss.backward() if self._direct else self.manual_backward(loss)
-                self._epoch_batches += 1
-                stepped = self._epoch_batches % accumulate == 0 or i == last  # (a partial last one)
-                if stepped:
-                    self._optimizer_step(optimizer, schedulers)
-                nlls.append(nll.detach())
+                    accumulate = options.accumulate_grad_batches
+                    # the gradients of a window batch's mean loss, without autograd (nplm.fast.backprop)
+                    if self._by_hand and target.dim() == 1:
+                        nll = backprop.train_loss(self.model, self.head, context, target,
+                                                  1 / (len(target) * accumulate))
+                    else:
+                        nll = self._train_loss(context, target)  # [N]
+                        loss = nll.mean() / accumulate
+                        loss.backward() if self._direct else self.manual_backward(loss)
+                    self._epoch_batches += 1
+                    stepped = self._epoch_batches % accumulate == 0 or i == last  # (a partial last one)
+                    if stepped:
+                        self._optimizer_step(optimizer, schedulers)
+                    nlls.append(nll.detach())
                 done += 1
                 tokens += target.numel()
                 self._unchecked_tokens += target.numel()
                 self._unchecked.append((self._unchecked_tokens, self.global_step + (not stepped), self._epoch_batches))
         if not done:  # max_steps was reached before this group
             return {"batches": 0, "tokens": 0}
-        losses = torch.cat(nlls)  # [N] the group's per-token losses
-        group_sum = losses.sum(dtype=torch.float64)
+        if captured is not None:  # only the group's sum is kept: a non-finite one names the group's first batch
+            group_sum = captured.take_loss_sum()
+            losses = group_sum.view(1)
+        else:
+            losses = torch.cat(nlls)  # [N] the group's per-token losses
+            group_sum = losses.sum(dtype=torch.float64)
         self._watch_finite(losses, group_sum, self._unchecked_tokens - tokens)
         self._nll_sum += group_sum
         self._window_loss += group_sum
@@ -290,16 +330,19 @@ class LanguageModel(pl.LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val=options.gradient_clip_val,
                                 gradient_clip_algorithm=options.gradient_clip_algorithm)
         if self._direct and self._step_counter is not None:  # the torch optimizer itself, counted as Lightning counts it
-            progress = self._step_counter
-            progress.increment_ready()
-            step_without_profiler(optimizer.optimizer)
-            progress.increment_completed()
+            self._counted(lambda: step_without_profiler(optimizer.optimizer))
             optimizer.optimizer.zero_grad(set_to_none=True)
         else:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
+
+    def _counted(self, step) -> None:
+        """`step()`, an optimizer step counted as `LightningOptimizer.step` counts it (trainer.global_step)."""
+        self._step_counter.increment_ready()
+        step()
+        self._step_counter.increment_completed()
 
     def _log_window(self, epoch_end: bool = False) -> None:
         """Log the mean per-token training loss since the last call, after `check_finite` (a non-finite loss
@@ -344,7 +387,10 @@ class LanguageModel(pl.LightningModule):
         if self.flops is not None:  # model FLOP utilisation of the run's devices
             self.log("train/mfu", self.flops.mfu(rate, self.trainer.world_size), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], sync_dist=True)  # this epoch's
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # this epoch's (a copy: a captured step's is filled in place)
+        self.log("train/lr", lr.clone() if isinstance(lr, torch.Tensor) else lr, sync_dist=True)
+        if self._captured is not None:  # batches of this epoch that replayed the captured step
+            self.log("train/graph_steps", float(self._captured.replays), sync_dist=True)
         self._step_epoch_schedulers()
 
     def _step_epoch_schedulers(self) -> None:
@@ -395,6 +441,9 @@ class LanguageModel(pl.LightningModule):
 
     # -- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # as an eager run saves them: float step sizes, not capturable (resumable anywhere)
+        if "optimizer_states" in checkpoint:
+            checkpoint["optimizer_states"] = [eager_optimizer_state(s) for s in checkpoint["optimizer_states"]]
         checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
                                       "tree": self.tree.to_dict() if self.tree is not None else None}
 

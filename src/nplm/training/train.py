@@ -140,6 +140,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         check_resumable(ckpt, module)
     if cfg.get("compile"):
         module.compile_training_step()
+    module.cuda_graphs = cfg.get("cuda_graphs", True)
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)

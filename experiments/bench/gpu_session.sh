@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device session's GPU checks of the captured training step (cuda_graphs), about 9 minutes in all:
+#   1. pytest tests/test_capture.py's CUDA tests (every registered model x head captured, replayed under
+#      torch.cuda.set_sync_debug_mode("error"), against the eager step);
+#   2. experiments/bench/gpu_check.py --skip-tests --no-compile: every model x head x precision through
+#      nplm-train with cuda_graphs=true and NPLM_SYNC_DEBUG=1, each run must replay its captured step;
+#   3. experiments/bench/gpu_step.py: eager vs captured nplm-train vs a plain captured loop.
+#
+#   experiments/bench/gpu_session.sh [COMMIT]
+#
+# COMMIT (default $NPLM_GIT_COMMIT, else unknown): the commit checked (the device copy has no .git).
+# Missing Python packages (hydra-core, omegaconf, antlr4-python3-runtime, nltk) are installed from .whl/
+# when present (fetch them here with `pip download` as /work/.library/device/README.md says; carry .whl).
+# Results go to $OUT (the device machine's) or outputs/gpu_session: gpu_check.md, gpu_step.json,
+# gpu_step.md, and each part's log; every part has its own time limit, so the others still run.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+START=$(date +%s)
+export NPLM_GIT_COMMIT=${1:-${NPLM_GIT_COMMIT:-unknown}}
+DEST=${OUT:-outputs/gpu_session}
+mkdir -p "$DEST"
+if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
+
+timeout 100 python3 -m pytest -q -rs -x tests/test_capture.py -k cuda 2>&1 | tail -n 40 > "$DEST/test_capture.txt"
+echo "test_capture: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"; tail -n 3 "$DEST/test_capture.txt"
+
+timeout 230 python3 experiments/bench/gpu_check.py --skip-tests --no-compile --steps 60 --commit "$NPLM_GIT_COMMIT" \
+  --out "$DEST/gpu_check.md" > "$DEST/gpu_check.txt" 2>&1
+echo "gpu_check: exit $? after $(( $(date +%s) - START )) s"; grep -E "^\| " "$DEST/gpu_check.txt" | grep -c " ok " || true
+
+timeout 200 python3 experiments/bench/gpu_step.py --out "$DEST" > "$DEST/gpu_step.txt" 2>&1
+echo "gpu_step: exit $? after $(( $(date +%s) - START )) s"
+cat "$DEST/gpu_step.md" 2>/dev/null || tail -n 20 "$DEST/gpu_step.txt"
+echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"

@@ -1,0 +1,255 @@
+"""The training step on one CUDA GPU, in one run: nplm-train eager (cuda_graphs=false), nplm-train captured
+(cuda_graphs=true), and a plain captured loop of the same model and head (the reference: nplm's modules,
+torch's fused capturable AdamW, one torch.cuda.graph of forward + backward + clipping + update, each batch
+copied into its static inputs), all bf16-mixed.
+
+    python3 experiments/bench/gpu_step.py [--shapes brown,wikitext103] [--batches 256,1024,4096] [--out DIR]
+                                          [--compile] [--dry-run]
+
+Shapes (synthetic corpora made on the fly, Zipfian words, text_files):
+- brown: `experiment=sun2021/brown` (the modern NPLM, context 32, window 8, 4 blocks of 256/1,024, tied
+  adaptive softmax, AdamW) on |V| = 10,000 words, batch 256, 1,024 and 4,096 windows;
+- wikitext103: `experiment=sun2021/wikitext103` (d 410, 16 blocks of 2,100, the first 1,500, context 511,
+  tied adaptive softmax with cutoffs 20k/40k/200k) on |V| = 267,735 words, `data.block_size=512`, 20
+  blocks a batch (10,240 tokens).
+
+nplm-train's rate is its second epoch's `train/tokens_per_s` (the first compiles and warms up; each epoch
+captures its step again, 3 eager warm-up steps); MFU is `train/mfu` (the reference's from the same FLOPs
+per token); peak memory is torch.cuda.max_memory_allocated over the run; the projection is 2.05e9
+training tokens (Sun & Iyyer's WikiText-103 budget, 200,000 steps of 10,240) at that rate. Writes
+gpu_step.json and gpu_step.md into --out (experiments/bench/results), naming the card and the commit.
+`--dry-run` composes every config and builds the reference loop's model on the CPU (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+BUDGET_TOKENS = 2.05e9
+SHAPES = {
+    "brown": {"overrides": ["experiment=sun2021/brown"], "vocab": 10_000, "train_tokens": 1_000_000,
+              "batches": (256, 1024, 4096)},
+    "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
+                    "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
+}
+STEP_TOKENS = 400_000  # training tokens per measured epoch (steps = this / tokens per batch, 20 to 300)
+
+
+def steps_for(shape: str, batch: int) -> int:
+    tokens = batch * (512 if shape == "wikitext103" else 1)
+    return max(20, min(300, STEP_TOKENS // tokens))
+
+
+def write_corpus(folder: Path, vocab: int, tokens: int, seed: int = 0) -> dict[str, str]:
+    """train.txt (every word once, then Zipfian draws) and valid.txt, 50 words a line."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab + 1)
+    words = np.array([f"w{i}" for i in range(vocab)])
+    paths = {}
+    for split, n in (("train", tokens), ("valid", 60_000)):
+        ids = rng.choice(vocab, size=n, p=p / p.sum())
+        if split == "train":
+            ids = np.concatenate([np.arange(vocab), ids])
+        lines = [" ".join(words[ids[i:i + 50]]) for i in range(0, len(ids), 50)]
+        path = folder / f"{split}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        paths[split] = str(path)
+    return paths
+
+
+def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, tmp: str, steps: int):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    from nplm.config import CONF_DIR
+
+    overrides = [*SHAPES[shape]["overrides"], "corpus=text_files", f"corpus.train={corpus['train']}",
+                 f"corpus.valid={corpus['valid']}", f"data.batch_size={batch}", "trainer=gpu",
+                 "trainer.precision=bf16-mixed", f"cuda_graphs={str(graphs).lower()}", f"compile={str(compile_).lower()}",
+                 "trainer.max_epochs=2", f"trainer.limit_train_batches={steps}", "trainer.limit_val_batches=2",
+                 "callbacks.early_stopping_patience=null", "trainer.enable_progress_bar=false", "logger=none",
+                 f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}", f"paths.data_dir={tmp}/data-{shape}"]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def nplm_train(cfg) -> dict:
+    from nplm.training.train import train
+
+    torch._dynamo.reset()
+    torch.cuda.reset_peak_memory_stats()
+    metrics = train(cfg)
+    return {"tokens_per_s": metrics["train/tokens_per_s"], "mfu": metrics.get("train/mfu"),
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "graph_steps": metrics.get("train/graph_steps"),
+            "flops_per_token": metrics.get("train/flops_per_token"), "peak_flops": metrics.get("device/peak_flops")}
+
+
+def reference_model(cfg, vocab: int, device: str):
+    """The run's model and head (nplm's modules, no Lightning) on Zipfian word counts."""
+    from omegaconf import OmegaConf
+
+    from nplm.data.vocabulary import Vocabulary
+    from nplm.training.module import LanguageModel
+
+    counts = [int(1e7 / (r + 1)) + 1 for r in range(vocab)]
+    words = Vocabulary([f"w{i}" for i in range(vocab)], counts, unk=None)
+    plain = OmegaConf.to_container
+    return LanguageModel(plain(cfg.model), plain(cfg.head), plain(cfg.optimizer), words).to(device).train()
+
+
+def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int) -> dict:
+    """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step."""
+    lm = reference_model(cfg, vocab, "cuda")
+    k, block = cfg.model.context_size, cfg.data.get("block_size")
+    opt = torch.optim.AdamW(lm.parameters(), lr=torch.tensor(float(cfg.optimizer.lr), device="cuda"),
+                            weight_decay=float(cfg.optimizer.get("weight_decay") or 0.0), fused=True, capturable=True)
+    clip = cfg.trainer.get("gradient_clip_val")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    p = 1.0 / torch.arange(1, vocab + 1, device="cuda", dtype=torch.float32)
+    shape_in = (batch, block + k) if block else (batch, k)
+    pool = []
+    for _ in range(8):
+        ids = torch.multinomial(p, shape_in[0] * shape_in[1], replacement=True, generator=g).view(shape_in)
+        target = ids[:, k:] if block else torch.multinomial(p, batch, replacement=True, generator=g)
+        pool.append((ids, target.contiguous()))
+    static = [t.clone() for t in pool[0]]
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            loss = lm._train_loss(*static).mean()
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(lm.parameters(), clip)
+        opt.step()
+
+    torch.cuda.reset_peak_memory_stats()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        step()
+    for i in range(10):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(steps):
+        for s, x in zip(static, pool[i % len(pool)]):
+            s.copy_(x)
+        graph.replay()
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3
+    tokens = batch * (block or 1) * steps
+    return {"tokens_per_s": tokens / seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "step_ms": 1e3 * seconds / steps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}")
+    parser.add_argument("--batches", default=None, help="brown's batch sizes (default 256,1024,4096)")
+    parser.add_argument("--compile", action="store_true", help="nplm-train with compile=true too (inductor)")
+    parser.add_argument("--out", type=Path, default=REPO / "experiments" / "bench" / "results")
+    parser.add_argument("--dry-run", action="store_true", help="compose the configs, build the model; no GPU")
+    args = parser.parse_args()
+    shapes = args.shapes.split(",")
+    if unknown := sorted(set(shapes) - set(SHAPES)):
+        sys.exit(f"gpu_step: --shapes {','.join(unknown)}: unknown; shapes are {', '.join(SHAPES)}")
+    if args.batches:
+        SHAPES["brown"]["batches"] = tuple(int(b) for b in args.batches.split(","))
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    if not args.dry_run and not torch.cuda.is_available():
+        sys.exit("gpu_step: no CUDA device (--dry-run checks the script without one)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in shapes:
+            spec = SHAPES[shape]
+            corpus = {"train": f"{tmp}/{shape}/train.txt", "valid": f"{tmp}/{shape}/valid.txt"}
+            if not args.dry_run:
+                (Path(tmp) / shape).mkdir()
+                corpus = write_corpus(Path(tmp) / shape, spec["vocab"], spec["train_tokens"])
+            for batch in spec["batches"]:
+                steps = steps_for(shape, batch)
+                row = {"shape": shape, "vocab": spec["vocab"], "batch": batch, "steps": steps}
+                for name, graphs, compile_ in [("eager", False, False), ("captured", True, False),
+                                               *([("captured+compile", True, True)] if args.compile else [])]:
+                    cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps)
+                    if args.dry_run:
+                        continue
+                    try:
+                        row[name] = nplm_train(cfg)
+                    except Exception as err:  # noqa: BLE001 - the table names it
+                        row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                    print(shape, batch, name, row[name], flush=True)
+                if args.dry_run:
+                    reference_model(cfg, 1000, "cpu")  # (a small vocabulary: the CPU builds it)
+                    print(f"gpu_step: {shape} batch {batch}: {steps} steps, configs composed", flush=True)
+                    continue
+                try:
+                    row["reference"] = reference_loop(cfg, shape, batch, spec["vocab"], steps)
+                except Exception as err:  # noqa: BLE001
+                    row["reference"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                ref, captured = row["reference"], row.get("captured", {})
+                if "tokens_per_s" in ref and captured.get("flops_per_token") and captured.get("peak_flops"):
+                    ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
+                print(shape, batch, "reference", ref, flush=True)
+                rows.append(row)
+    if args.dry_run:
+        print("gpu_step: --dry-run done (nothing measured)")
+        return
+    write(rows, args.out)
+
+
+def write(rows: list[dict], out: Path) -> None:
+    from provenance import stamp
+
+    from nplm.tracking.records import git_commit
+
+    out.mkdir(parents=True, exist_ok=True)
+    card = torch.cuda.get_device_name()
+    (out / "gpu_step.json").write_text(json.dumps({"card": card, "commit": git_commit(), "rows": rows}, indent=1))
+    lines = [f"# The training step on {card}", "", stamp() + f" (commit {git_commit()})", "",
+             "bf16-mixed. tokens/s: nplm-train's second epoch, or the reference loop's replays; "
+             "time: 2.05e9 training tokens at that rate; captured / reference: nplm-train's captured rate as a "
+             "fraction of the plain captured loop's (the target: 0.85 or more).", "",
+             "| shape | batch | path | tokens/s | MFU | peak GiB | graph steps | hours for 2.05e9 tokens | "
+             "of the reference |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        ref = row.get("reference", {}).get("tokens_per_s")
+        for name in ("eager", "captured", "captured+compile", "reference"):
+            m = row.get(name)
+            if m is None:
+                continue
+            if "error" in m:
+                lines.append(f"| {row['shape']} | {row['batch']} | {name} | {m['error']} | | | | | |")
+                continue
+            rate = m["tokens_per_s"]
+            mfu = f"{m['mfu']:.3f}" if m.get("mfu") is not None else ""
+            share = f"{rate / ref:.2f}" if ref else ""
+            lines.append(f"| {row['shape']} | {row['batch']} | {name} | {rate:,.0f} | {mfu} | {m['peak_gib']:.2f} | "
+                         f"{m.get('graph_steps') or ''} | {BUDGET_TOKENS / rate / 3600:,.1f} | {share} |")
+    (out / "gpu_step.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""Captured training steps (nplm.training.capture, config key `cuda_graphs`): the dry run of the captured
+step (the same step function on static buffers, without a graph) against the eager step for every
+registered model x head, the device-side step size and loss sum, clipping, the configurations that
+train eagerly, portable checkpoints; on a CUDA device the captured graph itself, under sync debug mode."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from nplm.config import CONF_DIR
+from nplm.data.vocabulary import Vocabulary
+from nplm.errors import UserError
+from nplm.heads import HEADS, head_class
+from nplm.models import MODELS
+from nplm.optimizers import build_optimizer
+from nplm.training import capture
+from nplm.training.capture import CapturedStep, capture_blocker, eager_optimizer_state
+from nplm.training.module import LanguageModel
+from nplm.training.train import train
+from nplm.trees.tree import Tree, balanced_nested
+
+from conftest import TOY_FAST, compose_cfg
+
+V, B, K, STEPS = 41, 16, 3, 6  # vocabulary, batch, context, training steps (3 warm-up, 3 on the static buffers)
+SMALL = {"context_size": K, "embed_dim": 16, "hidden_dim": 16, "window": 2, "summaries": 1, "num_layers": 2,
+         "first_hidden_dim": None}
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (experiments/bench/gpu_check.py)")
+
+
+def group_defaults(group: str, name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / group / f"{name}.yaml"))
+
+
+def language_model(model: str, head: str, dropout: float = 0.2) -> LanguageModel:
+    """A small `model` x `head` with their config files' defaults (a balanced tree where the head uses
+    one; tied output vectors where the model ties them and the head can), dropout on where the model has it."""
+    model_cfg = {k: SMALL.get(k, v) for k, v in group_defaults("model", model).items()}
+    if "dropout" in model_cfg:
+        model_cfg["dropout"] = dropout
+    head_cfg = group_defaults("head", head)
+    if head_cfg.get("num_samples"):
+        head_cfg["num_samples"] = 8
+    if "tie_embeddings" in model_cfg:
+        model_cfg["tie_embeddings"] = model_cfg["tie_embeddings"] and head_class(head).can_tie
+    tree = Tree.from_nested(balanced_nested(list(range(V))), V) if head_class(head).uses_tree(head_cfg) else None
+    vocab = Vocabulary([f"w{i}" for i in range(V)], [int(400 / (r + 1)) + 1 for r in range(V)], unk=None)
+    torch.manual_seed(0)
+    return LanguageModel(model_cfg, head_cfg, {"name": "adam", "lr": 0.01}, vocab, tree=tree)
+
+
+def batches(n: int = STEPS, batch: int = B, device="cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    out = [(torch.randint(0, V, (batch, K), generator=g), torch.randint(0, V, (batch,), generator=g)) for _ in range(n)]
+    return [(c.to(device), t.to(device)) for c, t in out]
+
+
+def optimizer_of(lm: LanguageModel, **options):
+    """The optimizer and its per-step schedule, as nplm-train builds them (a warm-up then a cosine)."""
+    config = build_optimizer(lm, {"name": "adam", "lr": 0.01, "warmup_steps": 2, "cosine": True, **options}, STEPS)
+    return config["optimizer"], config["lr_scheduler"]["scheduler"]
+
+
+def clip(lm: LanguageModel, clip_val, algorithm: str) -> None:
+    if clip_val and algorithm == "value":
+        torch.nn.utils.clip_grad_value_(lm.parameters(), clip_val)
+    elif clip_val:
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), clip_val)
+
+
+def train_eager(lm: LanguageModel, data, clip_val=None, algorithm="norm", **options) -> list[float]:
+    """The plain eager loop: each batch's summed per-token loss (float64)."""
+    optimizer, schedule = optimizer_of(lm, **options)
+    torch.manual_seed(7)
+    sums = []
+    for context, target in data:
+        nll = lm._train_loss(context, target)
+        nll.mean().backward()
+        clip(lm, clip_val, algorithm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step()
+        sums.append(nll.detach().sum(dtype=torch.float64).item())
+    return sums
+
+
+def train_captured(lm: LanguageModel, data, clip_val=None, algorithm="norm", dry=True, **options):
+    optimizer, schedule = optimizer_of(lm, **options)
+    step = CapturedStep(lm._train_loss, lm.parameters(), optimizer, clip_val, algorithm, dry=dry)
+    torch.manual_seed(7)
+    sums = []
+    for context, target in data:
+        step.step(context, target)
+        schedule.step()
+        sums.append(step.take_loss_sum().item())
+    return sums, step, optimizer, schedule
+
+
+@pytest.mark.parametrize("head", HEADS.names())
+@pytest.mark.parametrize("model", MODELS.names())
+def test_dry_captured_step_trains_every_model_and_head_as_the_eager_step(model, head):
+    """Every loss and every final parameter of the dry captured step (the graph's step function on static
+    buffers, a tensor step size updated in place, the loss summed on the device) equal the eager loop's,
+    dropout and sampling included (the same random draws in the same order); the last batch, smaller,
+    trains eagerly through the same step."""
+    data = batches() + batches(1, batch=B // 2)
+    eager = language_model(model, head)
+    dry = copy.deepcopy(eager)
+    want = train_eager(eager, data)
+    got, step, _, _ = train_captured(dry, data)
+    assert step.replays == STEPS - capture.WARMUP_STEPS  # the partial batch did not replay
+    assert got == pytest.approx(want, rel=1e-5)
+    for (name, a), b in zip(eager.named_parameters(), dry.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("algorithm,clip_val", [("norm", 0.05), ("value", 0.001)])
+def test_dry_captured_step_clips_as_the_eager_step(algorithm, clip_val):
+    """Clipping tight enough to act on every step: the same parameters as the eager loop's, and not the
+    unclipped ones."""
+    start = language_model("nplm", "softmax")
+    eager, dry, free = (copy.deepcopy(start) for _ in range(3))
+    train_eager(eager, batches(), clip_val, algorithm)
+    train_captured(dry, batches(), clip_val, algorithm)
+    train_eager(free, batches())
+    for a, b, c in zip(eager.parameters(), dry.parameters(), free.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert max((a - c).abs().max().item() for a, c in zip(eager.parameters(), free.parameters())) > 1e-4
+
+
+def test_the_step_size_is_one_device_tensor_the_schedules_update_in_place():
+    """LambdaLR fills the tensor `lr` the graph reads (never replaces it), with the schedule's value."""
+    lm = language_model("nplm", "softmax")
+    _, step, optimizer, schedule = train_captured(lm, batches())
+    lr = optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.dim() == 0 and lr.dtype == torch.float32
+    before = lr
+    schedule.step()
+    assert optimizer.param_groups[0]["lr"] is before
+    assert lr.item() == pytest.approx(schedule.get_last_lr()[0].item(), rel=1e-7)
+    # warm-up of 2 then a cosine over the 4 steps left: after 7 steps, at its end
+    assert lr.item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_plateau_schedule_fills_the_tensor_step_size():
+    lm = language_model("nplm", "softmax")
+    config = build_optimizer(lm, {"name": "sgd", "lr": 0.1, "plateau_factor": 0.5, "fused": True})
+    optimizer, plateau = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    CapturedStep(lm._train_loss, lm.parameters(), optimizer, dry=True)
+    lr = optimizer.param_groups[0]["lr"]
+    plateau.step(1.0)
+    plateau.step(2.0)  # no better: halved
+    assert optimizer.param_groups[0]["lr"] is lr and lr.item() == pytest.approx(0.05)
+
+
+def test_the_loss_sum_accumulates_on_the_device_until_taken():
+    lm = language_model("nplm", "softmax")
+    optimizer, _ = optimizer_of(lm)
+    step = CapturedStep(lm._train_loss, lm.parameters(), optimizer, dry=True)
+    data = batches(5)
+    torch.manual_seed(7)
+    for context, target in data:
+        step.step(context, target)
+    total = step.take_loss_sum()
+    assert total.dtype == torch.float64 and total.item() > 0
+    assert step.loss_sum.item() == 0.0 and step.take_loss_sum().item() == 0.0
+
+
+def test_reset_warms_up_and_fills_the_static_buffers_again():
+    lm = language_model("nplm", "softmax")
+    optimizer, _ = optimizer_of(lm)
+    step = CapturedStep(lm._train_loss, lm.parameters(), optimizer, dry=True)
+    for context, target in batches(5):
+        step.step(context, target)
+    assert step.replays == 5 - capture.WARMUP_STEPS and step._inputs is not None
+    step.reset()
+    assert step.replays == 0 and step._inputs is None and all(p.grad is None for p in lm.parameters())
+
+
+@pytest.mark.parametrize("overrides,reason", [
+    ({"model": {"sparse_embeddings": True}}, "row-sparse gradients"),
+    ({"head": {"sparse": True}}, "row-sparse gradients"),
+    ({"accumulate": 2}, "trainer.accumulate_grad_batches=2"),
+    ({"direct": False}, "the step goes through Lightning"),
+    ({"counted": False}, "optimizer-step counter"),
+    ({"optimizer": {"name": "sgd", "lr": 0.1, "fused": False}}, "optimizer=sgd with optimizer.fused=false"),
+])
+def test_configurations_that_cannot_be_captured_say_why(overrides, reason):
+    model_cfg = {**group_defaults("model", "nplm"), **SMALL, **overrides.get("model", {})}
+    model_cfg = {k: v for k, v in model_cfg.items() if k in group_defaults("model", "nplm")}
+    head_cfg = {**group_defaults("head", "nce"), **overrides.get("head", {})}
+    vocab = Vocabulary([f"w{i}" for i in range(V)], [1] * V, unk=None)
+    lm = LanguageModel(model_cfg, head_cfg, {"name": "adam", "lr": 0.01}, vocab)
+    config = build_optimizer(lm, overrides.get("optimizer", {"name": "adam", "lr": 0.01}))
+    why = capture_blocker(lm, config, overrides.get("accumulate", 1), overrides.get("direct", True),
+                          overrides.get("counted", True))
+    assert reason in why
+
+
+def test_a_capturable_configuration_has_no_blocker():
+    lm = language_model("modern", "adaptive")
+    for optimizer in ({"name": "adamw", "lr": 0.01}, {"name": "sgd", "lr": 0.1, "fused": True, "momentum": 0.9}):
+        assert capture_blocker(lm, build_optimizer(lm, optimizer), 1, True, True) is None
+
+
+def test_a_checkpoint_holds_the_optimizer_state_as_an_eager_run_saves_it():
+    """Float step sizes and capturable off in the saved copy; the live optimizer keeps its tensor lr."""
+    lm = language_model("nplm", "softmax")
+    _, _, optimizer, _ = train_captured(lm, batches())
+    for group in optimizer.param_groups:
+        group["capturable"] = True  # as on a CUDA device
+    saved = eager_optimizer_state(optimizer.state_dict())
+    assert all(isinstance(g["lr"], float) and not g["capturable"] for g in saved["param_groups"])
+    assert saved["param_groups"][0]["lr"] == pytest.approx(optimizer.param_groups[0]["lr"].item())
+    assert isinstance(optimizer.param_groups[0]["lr"], torch.Tensor) and optimizer.param_groups[0]["capturable"]
+
+
+def dry_run(run_train, monkeypatch, *overrides: str) -> dict:
+    monkeypatch.setenv("NPLM_CAPTURE_DRY", "1")
+    try:
+        return run_train(*overrides)
+    finally:
+        monkeypatch.delenv("NPLM_CAPTURE_DRY")
+
+
+@pytest.mark.parametrize("model", ["nplm", "modern"])
+def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, monkeypatch, model):
+    """Through nplm-train (Lightning, groups of batches, a partial last group, a per-step schedule,
+    validation, checkpoints): the dry captured step's run has the eager run's perplexities; it logs the
+    batches that ran on the static buffers."""
+    overrides = [*TOY_FAST, "trainer.max_epochs=2", "steps_per_execution=4", "optimizer.warmup_steps=3",
+                 "trainer.gradient_clip_val=1.0"]
+    if model == "modern":
+        overrides += ["model=modern", "model.window=2", "model.summaries=1", "model.num_layers=2",
+                      "model.first_hidden_dim=null"]
+    eager = run_train(*overrides)
+    dry = dry_run(run_train, monkeypatch, *overrides)
+    assert "train/graph_steps" not in eager and dry["train/graph_steps"] > 0
+    for key in ("train/ppl", "val/ppl", "test/ppl", "train/lr"):
+        assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
+    assert 0 < dry["train/lr"] < 0.01  # the cosine's value after two epochs, not the tensor's initial one
+
+
+def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train, monkeypatch):
+    """ReduceLROnPlateau steps after validation, filling the captured step's tensor step size in place."""
+    overrides = [*TOY_FAST, "trainer.max_epochs=3", "optimizer=sgd", "optimizer.lr=5.0", "optimizer.lr_decay=0",
+                 "optimizer.plateau_factor=0.5"]
+    eager = run_train(*overrides)
+    dry = dry_run(run_train, monkeypatch, *overrides)
+    for key in ("train/ppl", "val/ppl", "train/lr"):
+        assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
+    assert dry["train/lr"] == 2.5  # the last epoch's: halved once after a validation no better than the best
+
+
+def test_an_uncapturable_run_says_why_in_one_line_and_trains_eagerly(run_train, monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="nplm.training.module"):
+        metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1", "model.sparse_embeddings=true")
+    lines = [r.getMessage() for r in caplog.records if "cuda_graphs" in r.getMessage()]
+    assert len(lines) == 1 and "row-sparse gradients" in lines[0] and "cuda_graphs=false silences this" in lines[0]
+    assert "train/graph_steps" not in metrics and metrics["train/ppl"] > 0
+
+
+def test_cuda_graphs_false_trains_eagerly_even_in_dry_mode(run_train, monkeypatch):
+    metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1", "cuda_graphs=false")
+    assert "train/graph_steps" not in metrics
+
+
+def test_cuda_graphs_must_be_a_boolean(run_train):
+    with pytest.raises(UserError, match="cuda_graphs"):
+        run_train(*TOY_FAST, "cuda_graphs=sometimes")
+
+
+# -- on a CUDA device: the graph itself ---------------------------------------------------------------
+@CUDA
+@pytest.mark.parametrize("precision", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head", HEADS.names())
+@pytest.mark.parametrize("model", MODELS.names())
+def test_captured_step_on_cuda_trains_as_the_eager_step_without_a_host_sync(model, head, precision):
+    """Capture and replay with torch.cuda.set_sync_debug_mode("error") from the first replay on: the
+    graph replayed (no capture failure), and its losses and parameters equal the eager loop's within the
+    precision's tolerance (no dropout here: the graph's Philox offsets need not match eager draws)."""
+    data = batches(device="cuda") + batches(1, batch=B // 2, device="cuda")
+    eager = language_model(model, head, dropout=0.0).cuda()
+    graphed = copy.deepcopy(eager)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == torch.bfloat16):
+        want = train_eager(eager, data)
+        optimizer, schedule = optimizer_of(graphed)
+        step = CapturedStep(graphed._train_loss, graphed.parameters(), optimizer, dry=False)
+        torch.manual_seed(7)
+        sums = []
+        for i, (context, target) in enumerate(data):
+            torch.cuda.set_sync_debug_mode("error" if i > capture.WARMUP_STEPS else "default")
+            try:
+                step.step(context, target)
+                schedule.step()
+                sums.append(step.take_loss_sum())
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    assert step.failed is None and step.replays == STEPS - capture.WARMUP_STEPS
+    tolerance = 1e-3 if precision == torch.float32 else 3e-2
+    sampled = not head_class(head).exact_training_loss  # the graph's samples differ from eager draws
+    got = [s.item() for s in sums]
+    assert got[:capture.WARMUP_STEPS] == pytest.approx(want[:capture.WARMUP_STEPS], rel=tolerance)
+    if not sampled:
+        assert got == pytest.approx(want, rel=tolerance)
+        for a, b in zip(eager.parameters(), graphed.parameters()):
+            torch.testing.assert_close(b, a, rtol=tolerance, atol=tolerance)
+    assert all(torch.isfinite(p).all() for p in graphed.parameters())
+
+
+@CUDA
+def test_dropout_masks_differ_between_replays_on_cuda():
+    """The default generator's Philox offset advances with every replay: a model with dropout trained on
+    the same batch again and again gets a different loss each replay even with its weights frozen (lr 0)."""
+    lm = language_model("modern", "softmax", dropout=0.5).cuda()
+    optimizer = build_optimizer(lm, {"name": "adam", "lr": 1e-30})
+    step = CapturedStep(lm._train_loss, lm.parameters(), optimizer, dry=False)
+    context, target = batches(1, device="cuda")[0]
+    sums = []
+    for _ in range(capture.WARMUP_STEPS + 3):
+        step.step(context, target)
+        sums.append(step.take_loss_sum().item())
+    assert step.replays == 3 and len(set(sums[capture.WARMUP_STEPS:])) == 3
+
+
+def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, monkeypatch, tmp_path):
+    """last.ckpt holds float step sizes, capturable off; resuming it without the captured step trains on."""
+    first = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    groups = saved["optimizer_states"][0]["param_groups"]
+    assert all(isinstance(g["lr"], float) and not g.get("capturable") for g in groups)
+    resumed = train(compose_cfg(tmp_path / "again", *TOY_FAST, "trainer.max_epochs=2", f"resume={last}",
+                                "resume_allow_changes=true"))
+    assert 0 < resumed["train/ppl"] < first["train/ppl"]  # a second epoch trained on
