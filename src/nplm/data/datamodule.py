@@ -18,7 +18,7 @@ from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
 from nplm.data.subwords import Subwords
 from nplm.data.subwords import lines as lines_of
-from nplm.data.text_units import TextUnits, text_units
+from nplm.data.text_units import TextUnits, text_units, units_of_ids
 from nplm.data.tokenizers import JOINERS, render
 from nplm.data.vocabulary import UNK, Vocabulary
 from nplm.data.windows import GroupedBatches, Windows
@@ -108,7 +108,7 @@ class LMDataModule(pl.LightningDataModule):
                 encoded = {s: torch.tensor(subword.encode(texts[s]), dtype=torch.long) for s in SPLITS}
                 if built_here:
                     self.vocab = Vocabulary.of_subwords(subword, encoded["train"])
-                streams = ((s, encoded[s], len(encoded[s]), _unknown_rate(encoded[s], self.vocab)) for s in SPLITS)
+                streams = ((s, encoded[s], len(encoded[s]), unknown_rate(encoded[s], self.vocab)) for s in SPLITS)
             else:
                 if built_here:
                     self.vocab = self._build_vocab(text)
@@ -132,7 +132,7 @@ class LMDataModule(pl.LightningDataModule):
             self.stats[split] = SplitStats(tokens, len(self.windows[split]), oov_rate)
             if split in totals and split != "train":  # what the scored tokens cover (nplm.data.text_units)
                 total = dataclasses.replace(totals[split], tokens=len(ids))
-                head = heads[split] if split in heads else self.text_units_of(ids[:k])
+                head = heads[split] if split in heads else units_of_ids(self.vocab, ids[:k])
                 self.units[split] = total if context is not None else total.less(k, head)
         if built_here and lines is None:  # counts are training-split counts, whatever the vocabulary was counted on
             self.vocab.counts = torch.bincount(self.ids["train"], minlength=len(self.vocab)).tolist()
@@ -144,13 +144,6 @@ class LMDataModule(pl.LightningDataModule):
         if self.block_size and predicted < self.block_size:
             raise UserError(f"data.block_size={self.block_size}: longer than the {predicted} tokens the train split "
                             f"of corpus '{cfg['name']}' predicts; use data.block_size <= {predicted}")
-
-    def text_units_of(self, ids: torch.Tensor) -> TextUnits:
-        """The units of the text of `ids` (`nplm.data.text_units`), decoded with the vocabulary."""
-        if self.vocab.subword is not None:
-            text = self.vocab.subword.decode(ids.tolist())
-            return dataclasses.replace(text_units(text, len(ids)), bytes=self.vocab.subword.byte_length(ids.tolist()))
-        return text_units(render(self.vocab.decode(ids.tolist()), self.vocab.joiner), len(ids))
 
     def _build_vocab(self, text: CorpusText) -> Vocabulary:
         cfg = self.corpus_cfg
@@ -248,7 +241,7 @@ class LMDataModule(pl.LightningDataModule):
         }
 
 
-def _unknown_rate(ids: torch.Tensor, vocab: Vocabulary) -> float:
+def unknown_rate(ids: torch.Tensor, vocab: Vocabulary) -> float:
     """Fraction of `ids` that are the unknown token (a subword vocabulary: characters never seen in training)."""
     return float((ids == vocab.unk_id).double().mean()) if vocab.unk_id is not None and len(ids) else 0.0
 

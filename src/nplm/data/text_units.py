@@ -47,6 +47,18 @@ def text_units(text: str, tokens: int) -> TextUnits:
     return TextUnits(tokens, len(text.encode("utf-8")), len(text.split()) + text.count("\n"))
 
 
+def units_of_ids(vocab, ids) -> TextUnits:
+    """The units of the text of token ids `ids` of `vocab` (a `nplm.data.vocabulary.Vocabulary`): decoded by
+    its subword model (bytes counted per piece, `Subwords.byte_length`), or its tokens rendered."""
+    from nplm.data.tokenizers import render
+
+    ids = [int(i) for i in ids]
+    if vocab.subword is not None:
+        text = vocab.subword.decode(ids)
+        return TextUnits(len(ids), vocab.subword.byte_length(ids), len(text.split()) + text.count("\n"))
+    return text_units(render(vocab.decode(ids), vocab.joiner), len(ids))
+
+
 def figures(nll_sum: float, units: TextUnits | None) -> dict[str, float]:
     """{"bpb", "word_ppl"} of a summed NLL `nll_sum` (nats) over the scored tokens of `units`
     (module docstring); {} without units, word_ppl left out for a text without words."""
