@@ -212,7 +212,8 @@ def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[li
         return format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
 
     body = [[_name(r, root), *(r.overrides.get(k, "") for k in keys), str(len(r.jobs)), str(r.val), str(r.test),
-             *(mean([j.figures.get(k) for j in r.jobs], TEXT_FIGURES[k][2]) for k in figures), mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"),
+             *(mean([j.figures.get(k) for j in r.jobs], TEXT_FIGURES[k][2]) for k in figures),
+             mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"),
              *([mean([j.mfu for j in r.jobs], "percent")] if mfu else []), r.status]
             for r in rows]
     return header, body
@@ -239,13 +240,15 @@ def as_csv(rows: list[Row], root: Path | None = None) -> str:
     buf = io.StringIO()
     out = csv.writer(buf)
     out.writerow(["job", *keys, "n", "val_ppl_mean", "val_ppl_std", "val_n", "test_ppl_mean", "test_ppl_std",
-                  "test_n", *(f"{TEXT_FIGURES[k][1]}_mean" for k in figures), "epochs_mean", "time_s_mean", *(["mfu_mean"] if mfu else []), "status"])
+                  "test_n", *(f"{TEXT_FIGURES[k][1]}_mean" for k in figures), "epochs_mean", "time_s_mean",
+                  *(["mfu_mean"] if mfu else []), "status"])
     num = lambda x: "" if x is None else repr(x)  # noqa: E731
     for r in rows:
         epochs, time_s = Stat.of(j.epochs for j in r.jobs), Stat.of(j.wall_time_s for j in r.jobs)
         out.writerow([_name(r, root), *(r.overrides.get(k, "") for k in keys), len(r.jobs),
                       num(r.val.mean), num(r.val.std), r.val.n, num(r.test.mean), num(r.test.std), r.test.n,
-                      *(num(Stat.of(j.figures.get(k) for j in r.jobs).mean) for k in figures), num(epochs.mean), num(time_s.mean),
+                      *(num(Stat.of(j.figures.get(k) for j in r.jobs).mean) for k in figures),
+                      num(epochs.mean), num(time_s.mean),
                       *([num(Stat.of(j.mfu for j in r.jobs).mean)] if mfu else []), r.status])
     return buf.getvalue()
 

@@ -237,7 +237,8 @@ class LMDataModule(pl.LightningDataModule):
             "name": self.corpus_cfg["name"],
             "vocab_size": len(self.vocab),
             **{f"{split}_{key}": value for split, s in self.stats.items() for key, value in vars(s).items()},
-            **{f"{split}_scored_{key}": getattr(u, key) for split, u in self.units.items() for key in ("bytes", "words")},
+            **{f"{split}_scored_{key}": getattr(u, key) for split, u in self.units.items()
+               for key in ("bytes", "words")},
         }
 
 

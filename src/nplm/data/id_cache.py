@@ -125,7 +125,8 @@ def load_ids(lines: LineFiles, corpus_cfg: dict, data_dir: str | Path, vocab: Vo
         vocab_key = {k: corpus_cfg.get(k, default) for k, default in
                      zip(VOCAB_KEYS, ("train", 1, None, UNK, "frequency"))}
     else:
-        given = vocab.subword.to_dict()["json"] if vocab.subword is not None else "\n".join([vocab.unk or "", *vocab.tokens])
+        given = (vocab.subword.to_dict()["json"] if vocab.subword is not None
+                 else "\n".join([vocab.unk or "", *vocab.tokens]))
         vocab_key = {"given": hashlib.sha256(given.encode()).hexdigest()}
     material = {"format": FORMAT, "corpus": lines.name, "files": shas, "tokenisation": settings,
                 "vocabulary": vocab_key}
@@ -267,10 +268,12 @@ def _build_subwords(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None
             line_words = text.split()
             types.update(line_words)
             n_lines, words = n_lines + len(block), words + len(line_words)
-            text_bytes, text_words = text_bytes + len(text.encode("utf-8")), text_words + len(line_words) + text.count("\n")
+            text_bytes += len(text.encode("utf-8"))
+            text_words += len(line_words) + text.count("\n")
         read[split] = chunks
         stats[split] = {"words": words, "lines": n_lines if lines.eos else 0, "tokens": sum(map(len, chunks)),
-                        "types": len(types) + (1 if lines.eos else 0), "text_bytes": text_bytes, "text_words": text_words}
+                        "types": len(types) + (1 if lines.eos else 0), "text_bytes": text_bytes,
+                        "text_words": text_words}
     if lines.check is not None and lines.eos and lines.blank_lines:  # the published line counts count every line
         lines.check(stats)
     if vocab is None:

@@ -20,6 +20,7 @@ with the ids the model was trained on.
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable
 
 from nplm.errors import UserError
@@ -28,12 +29,28 @@ KINDS = ("bpe", "wordpiece", "unigram")
 FORMAT = 1  # bump when the encoding of a text changes (part of the id cache's key)
 UNKNOWN = {"bpe": None, "wordpiece": "[UNK]", "unigram": "<unk>"}
 BYTES = 256  # byte-level BPE's alphabet
+CHUNK = 4096  # characters of a long line pre-tokenized at a time (`chunks`)
+SAFE_CUT = re.compile(r"(?<=\S) (?=\S)")
 
 
 def lines(text: str) -> list[str]:
     """`text` cut after each line break, the breaks kept: the units a text is encoded in."""
     parts = text.split("\n")
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def chunks(line: str, size: int = CHUNK) -> list[str]:
+    """`line` cut into pieces of about `size` characters, each cut before a single space between two
+    non-spaces: where both pre-tokenizers start a new pre-token anyway (GPT-2's regex: " word"; Metaspace:
+    "▁word"), so the pieces pre-tokenize as the line does (pre-tokenizing a long line at once is slow)."""
+    out, start = [], 0
+    while len(line) - start > size:
+        cut = SAFE_CUT.search(line, start + size)
+        if cut is None:
+            break
+        out.append(line[start:cut.start()])
+        start = cut.start()
+    return out + [line[start:]]
 
 
 def smallest_size(kind: str, alphabet: int) -> int:
@@ -99,8 +116,8 @@ class Subwords:
         """The ids of `text`, encoded a line at a time (`tokenizers.Tokenizer.encode` of each line)."""
         ids: list[int] = []
         cache, pre, tokenize = self._cache, self._pre, self._model.tokenize
-        for line in lines(text):
-            for piece, _ in pre.pre_tokenize_str(line):
+        for chunk in (c for line in lines(text) for c in chunks(line)):
+            for piece, _ in pre.pre_tokenize_str(chunk):
                 found = cache.get(piece)
                 if found is None:
                     found = cache[piece] = [t.id for t in tokenize(piece)]

@@ -52,8 +52,8 @@ CORPORA = Registry("corpus", __name__, common={
     "max_vocab": Int(2, nullable=True, doc="keep only the N most frequent (<unk> included)"),
     "unk": Str(nullable=True, doc="the unknown-word token (null: none; every word must be in the vocabulary)"),
     "order": Choice(options=("frequency", "sorted"), doc="word ids by frequency or in sorted order"),
-    "tokenizer": Choice(options=SUBWORD_KINDS, nullable=True, doc="a learned subword vocabulary trained on the training "
-                        "split (nplm.data.subwords; null: the corpus's own tokens)"),
+    "tokenizer": Choice(options=SUBWORD_KINDS, nullable=True, doc="a learned subword vocabulary trained on the "
+                        "training split (nplm.data.subwords; null: the corpus's own tokens)"),
     "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
 }, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
 register_corpus = CORPORA.register
