@@ -70,10 +70,11 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
     ("callbacks.ema_decay=fast", "callbacks.ema_decay=fast: must be a number in (0, 1) or null"),
     ("corpus.min_count=0", "corpus.min_count=0: must be an integer >= 1"),
     ("+corpus.anything=1", "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
-                           "order, unk, vocab_from"),
+                           "order, tokenizer, unk, vocab_from, vocab_size"),
+    ("corpus.tokenizer=sentencepiece", "corpus.tokenizer=sentencepiece: must be one of: bpe, wordpiece, unigram or null"),
     ("+model.foo=1", "model.foo=1: unknown key of model=nplm; valid keys: activation, context_size, direct, dropout, "
                      "embed_dim, hidden_dim, name, sparse_embeddings"),
-    ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, compile, corpus, data, "),
+    ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, compile, corpus, cuda_graphs, data, "),
     ("tree=file", "tree.path=???: must be set for tree=file: the path of a file (e.g. tree.path=<run>/tree.json)"),
     ("head=hierarchical head.node_init=uniform", "head.node_init=uniform: must be one of: random, zero, unigram"),
     ("head=adaptive head.cutoffs=[3,2]", "head.cutoffs=[3,2]: must be a non-empty list of increasing integers >= 1, "
@@ -243,7 +244,7 @@ def errors(result) -> list[str]:
     (["seed=abc"], "seed=abc: must be an integer from 0 to 4294967295"),
     (["trainer.max_epochs=-1"], "trainer.max_epochs=-1: must be an integer >= 1 (-1, endless training, is refused)"),
     (["+corpus.anything=1"], "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
-                             "order, unk, vocab_from"),
+                             "order, tokenizer, unk, vocab_from, vocab_size"),
     # refused before Hydra starts: no config has the key or the option
     (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: activation, context_matrices, "
                              "context_size, direct, dropout, embed_dim, hidden_dim, layer_norm, name, num_layers, "

@@ -43,6 +43,13 @@ class Job:
     error: str = ""
     curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch from 0, val/ppl)
     mfu: float | None = None  # model FLOP utilisation of the last training epoch (metrics' train/mfu)
+    figures: dict[str, float] = field(default_factory=dict)  # TEXT_FIGURES the run recorded
+
+
+# The figures that compare across tokenisations (nplm.data.text_units): metrics key -> (column, csv name, format).
+TEXT_FIGURES = {"val/bpb_best": ("val bpb (best)", "val_bpb", ".4f"), "test/bpb": ("test bpb", "test_bpb", ".4f"),
+                "val/word_ppl_best": ("val word ppl (best)", "val_word_ppl", ".2f"),
+                "test/word_ppl": ("test word ppl", "test_word_ppl", ".2f")}
 
 
 @dataclass
@@ -131,7 +138,7 @@ def load_job(job_dir: Path) -> Job:
     status = observed_status(job_dir, record) or "unknown"  # a dead run's "running" record reads "killed"
     return Job(job_dir, _overrides(job_dir, record), status, val, metrics.get("test/ppl"),
                record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve,
-               metrics.get("train/mfu"))
+               metrics.get("train/mfu"), {k: metrics[k] for k in TEXT_FIGURES if metrics.get(k) is not None})
 
 
 def find_jobs(paths: list[Path]) -> list[Job]:
@@ -179,13 +186,20 @@ def with_mfu(rows: list[Row]) -> bool:
     return any(j.mfu is not None for r in rows for j in r.jobs)
 
 
+def text_figures(rows: list[Row]) -> list[str]:
+    """The TEXT_FIGURES any job of the rows recorded (runs from before them did not)."""
+    return [k for k in TEXT_FIGURES if any(k in j.figures for r in rows for j in r.jobs)]
+
+
 def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[list[str]]]:
-    """Header and cells: job(s), swept overrides, n, val and test perplexity (mean ± std), epochs,
-    wall time and, where the runs recorded it, model FLOP utilisation (means over the row's jobs), status."""
+    """Header and cells: job(s), swept overrides, n, val and test perplexity (mean ± std), bits per byte and
+    per-word perplexity where the runs recorded them (means), epochs, wall time and, where the runs
+    recorded it, model FLOP utilisation (means over the row's jobs), status."""
     keys = swept_keys(rows)
     mfu = with_mfu(rows)
-    header = ["job", *keys, "n", "val ppl (best)", "test ppl", "epochs", "time (s)", *(["MFU"] if mfu else []),
-              "status"]
+    figures = text_figures(rows)
+    header = ["job", *keys, "n", "val ppl (best)", "test ppl", *(TEXT_FIGURES[k][0] for k in figures), "epochs",
+              "time (s)", *(["MFU"] if mfu else []), "status"]
 
     def mean(xs, spec):
         s = Stat.of(xs)
@@ -193,9 +207,12 @@ def table(rows: list[Row], root: Path | None = None) -> tuple[list[str], list[li
             return ""
         if spec == "percent":
             return f"{s.mean:.2%}"
+        if spec not in ("count", "time"):
+            return format(s.mean, spec)
         return format(s.mean, ".1f" if spec == "time" and s.mean < 10 else ".0f")
 
     body = [[_name(r, root), *(r.overrides.get(k, "") for k in keys), str(len(r.jobs)), str(r.val), str(r.test),
+             *(mean([j.figures.get(k) for j in r.jobs], TEXT_FIGURES[k][2]) for k in figures),
              mean([j.epochs for j in r.jobs], "count"), mean([j.wall_time_s for j in r.jobs], "time"),
              *([mean([j.mfu for j in r.jobs], "percent")] if mfu else []), r.status]
             for r in rows]
@@ -215,18 +232,22 @@ def as_markdown(header: list[str], body: list[list[str]]) -> str:
 
 def as_csv(rows: list[Row], root: Path | None = None) -> str:
     """The table with numbers in their own columns: mean, std and n for val and test perplexity; the
-    mean MFU as a fraction (`mfu_mean`, where the runs recorded it)."""
+    mean MFU as a fraction (`mfu_mean`, where the runs recorded it); the means of bits per byte and per-word
+    perplexity (`val_bpb_mean`, ..., where the runs recorded them)."""
     keys = swept_keys(rows)
     mfu = with_mfu(rows)
+    figures = text_figures(rows)
     buf = io.StringIO()
     out = csv.writer(buf)
     out.writerow(["job", *keys, "n", "val_ppl_mean", "val_ppl_std", "val_n", "test_ppl_mean", "test_ppl_std",
-                  "test_n", "epochs_mean", "time_s_mean", *(["mfu_mean"] if mfu else []), "status"])
+                  "test_n", *(f"{TEXT_FIGURES[k][1]}_mean" for k in figures), "epochs_mean", "time_s_mean",
+                  *(["mfu_mean"] if mfu else []), "status"])
     num = lambda x: "" if x is None else repr(x)  # noqa: E731
     for r in rows:
         epochs, time_s = Stat.of(j.epochs for j in r.jobs), Stat.of(j.wall_time_s for j in r.jobs)
         out.writerow([_name(r, root), *(r.overrides.get(k, "") for k in keys), len(r.jobs),
                       num(r.val.mean), num(r.val.std), r.val.n, num(r.test.mean), num(r.test.std), r.test.n,
+                      *(num(Stat.of(j.figures.get(k) for j in r.jobs).mean) for k in figures),
                       num(epochs.mean), num(time_s.mean),
                       *([num(Stat.of(j.mfu for j in r.jobs).mean)] if mfu else []), r.status])
     return buf.getvalue()

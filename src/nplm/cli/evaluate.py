@@ -55,11 +55,14 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
              batch_size: int = 1024, block_size: int | None = None) -> dict:
     """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text` (in
     batches of whole blocks of `block_size` tokens where given: a model with `trains_on_blocks`)."""
+    import torch
+
     from nplm.training.checkpoint import load_model
     from nplm.data.corpora import file_tokens
-    from nplm.data.datamodule import LMDataModule
+    from nplm.data.datamodule import LMDataModule, unknown_rate
     from nplm.data.sources import read_text
-    from nplm.data.tokenizers import TOKENIZERS
+    from nplm.data.text_units import text_units, units_of_ids
+    from nplm.data.tokenizers import JOINERS, TOKENIZERS, render
     from nplm.data.windows import Windows
 
     module = load_model(checkpoint)
@@ -69,22 +72,43 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
                         "a time; leave --block-size out")
     data = module.hparams.get("data") or {}
     if text is not None:
+        vocab = module.vocab
         if "corpus" in data:
             tokens = file_tokens(data["corpus"], text, "--text")
+            joiner = JOINERS[vocab.subword.base] if vocab.subword is not None else vocab.joiner
+            plain = render(tokens, joiner)
         else:  # a checkpoint that does not record its corpus: the vocabulary's tokenizer on UTF-8
-            tokens = TOKENIZERS[module.vocab.tokenizer](read_text(text, option="--text"))
-        if len(tokens) < k + 1:
-            raise UserError(f"--text={text}: has {len(tokens)} tokens; the model needs at least {k + 1}")
-        result = perplexity(module, Windows(module.vocab.encode(tokens), k), batch_size, block_size=block_size)
-        return {"source": str(text), "oov_rate": module.vocab.oov_rate(tokens), **result}
+            plain = read_text(text, option="--text")
+            tokens = None if vocab.subword is not None else TOKENIZERS[vocab.tokenizer](plain)
+        if vocab.subword is not None:  # the text rendered from the corpus's tokens, encoded into pieces
+            ids = torch.tensor(vocab.subword.encode(plain), dtype=torch.long)
+            head, oov_rate = units_of_ids(vocab, ids[:k]), unknown_rate(ids, vocab)
+        else:
+            ids, oov_rate = vocab.encode(tokens), vocab.oov_rate(tokens)
+            head = text_units(render(tokens[:k], vocab.joiner), k)
+        if len(ids) < k + 1:
+            raise UserError(f"--text={text}: has {len(ids)} tokens; the model needs at least {k + 1}")
+        result = perplexity(module, Windows(ids, k), batch_size, block_size=block_size)
+        units = text_units(plain, len(ids)).less(k, head)  # the scored tokens: all but the first k
+        return {"source": str(text), "oov_rate": oov_rate, **result, **_figures(result, units)}
     if "corpus" not in data:
         raise UserError("this checkpoint does not record its corpus; evaluate a file with --text")
     dm = LMDataModule(data["corpus"], k, 1, batch_size, data_dir=data_dir, vocab=module.vocab)
     dm.setup()
     if not dm.has_split(split):
         raise UserError(f"--split={split}: corpus '{data['corpus']['name']}' has no {split} split; try --split valid")
-    return {"source": f"{data['corpus']['name']}/{split}", "oov_rate": dm.stats[split].oov_rate,
-            **perplexity(module, dm.windows[split], batch_size, block_size=block_size)}
+    result = perplexity(module, dm.windows[split], batch_size, block_size=block_size)
+    return {"source": f"{data['corpus']['name']}/{split}", "oov_rate": dm.stats[split].oov_rate, **result,
+            **_figures(result, dm.units.get(split))}
+
+
+def _figures(result: dict, units) -> dict:
+    """Bits per byte and per-word perplexity (`nplm.data.text_units`) of a `perplexity` result over `units`."""
+    from nplm.data.text_units import figures
+
+    if units is None or units.tokens != result["tokens"]:
+        return {}
+    return figures(result["nll_per_token"] * result["tokens"], units)
 
 
 @report_user_errors

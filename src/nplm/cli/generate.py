@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from nplm.cli import args as arg
 from nplm.errors import report_user_errors
@@ -20,27 +21,54 @@ OOV = arg.choice(*OOV_MODES)
 
 def generate(checkpoint: str, prompt: str = "", length: int = 200, temperature: float = 1.0,
              top_k: int = 0, seed: int = 0, oov: str = "unk") -> str:
-    """The prompt followed by `length` sampled tokens, joined as the corpus' tokens are."""
+    """The prompt followed by `length` sampled tokens, joined as the corpus' tokens are (decoded by a
+    subword model: the text re-encodes to the prompt's ids and the sampled ones, `sample_ids`)."""
     for flag, value, checked_type in (("--length", length, LENGTH), ("--temperature", temperature, TEMPERATURE),
                                       ("--top-k", top_k, TOP_K), ("--seed", seed, SEED), ("--oov", oov, OOV)):
         arg.check(flag, value, checked_type)
-    import torch  # here, not at the top: a bad flag is refused before torch and Lightning load
-
-    from nplm.training.checkpoint import load_model
-    from nplm.inference.prompting import next_log_probs, prompt_vectors, sample_next
+    from nplm.training.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
 
     module = load_model(checkpoint)
+    out = sample_ids(module, prompt, length, temperature, top_k, seed, oov)
+    vocab = module.vocab
+    if vocab.subword is not None:
+        return prompt + vocab.subword.decode(out)
+    return prompt + (vocab.joiner if prompt and out else "") + vocab.joiner.join(vocab.decode(out))
+
+
+def sample_ids(module, prompt: str, length: int, temperature: float = 1.0, top_k: int = 0, seed: int = 0,
+               oov: str = "unk") -> list[int]:
+    """`length` token ids sampled after `prompt`. With a subword vocabulary a candidate is drawn again
+    (without it) when the current line's ids would not be those its text encodes to (`canonical`), so that
+    the generated text re-encodes to exactly these ids."""
+    import torch
+
+    from nplm.inference.prompting import canonical, next_log_probs, prompt_vectors, sample_next
+
     vectors, _ = prompt_vectors(module, prompt, oov)
     k, C = module.model.context_size, module.model.input_embeddings()
+    subword = module.vocab.subword
+    line = _last_line(subword, subword.encode(prompt)) if subword is not None else []
     context = list(vectors[-k:])
     generator = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(length):
-        i = sample_next(next_log_probs(module, torch.stack(context)), temperature, top_k, generator)
-        out.append(module.vocab.tokens[i])
+        log_probs = next_log_probs(module, torch.stack(context)).clone()  # [V]
+        i = sample_next(log_probs, temperature, top_k, generator)
+        while subword is not None and not canonical(subword, line + [i]) and torch.isfinite(log_probs).sum() > 1:
+            log_probs[i] = -math.inf
+            i = sample_next(log_probs, temperature, top_k, generator)
+        out.append(i)
+        if subword is not None:
+            line = _last_line(subword, line + [i])
         context = context[1:] + [C[i]]
-    joiner = module.vocab.joiner
-    return prompt + (joiner if prompt and out else "") + joiner.join(out)
+    return out
+
+
+def _last_line(subword, ids: list[int]) -> list[int]:
+    """The ids after the last piece that ends a line (lines are encoded one at a time)."""
+    ends = [n for n, i in enumerate(ids) if subword.tokens[i].endswith(("\n", "Ċ"))]
+    return ids[ends[-1] + 1:] if ends else ids
 
 
 @report_user_errors

@@ -23,7 +23,9 @@ def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") ->
     k = module.model.context_size
     probs = next_log_probs(module, vectors[-k:]).exp()
     top = probs.topk(min(top_k, probs.numel()))
-    return [(module.vocab.tokens[i], float(p)) for p, i in zip(top.values, top.indices)]
+    vocab = module.vocab
+    text = (lambda i: vocab.subword.decode([i])) if vocab.subword is not None else vocab.tokens.__getitem__
+    return [(text(int(i)), float(p)) for p, i in zip(top.values, top.indices)]
 
 
 @report_user_errors

@@ -3,6 +3,7 @@ batches of whole blocks (`data.block_size`, `nplm.data.blocks`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,10 @@ from torch.utils.data import DataLoader
 from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
-from nplm.data.tokenizers import JOINERS
+from nplm.data.subwords import Subwords
+from nplm.data.subwords import lines as lines_of
+from nplm.data.text_units import TextUnits, text_units, units_of_ids
+from nplm.data.tokenizers import JOINERS, render
 from nplm.data.vocabulary import UNK, Vocabulary
 from nplm.data.windows import GroupedBatches, Windows
 from nplm.errors import UserError
@@ -72,6 +76,7 @@ class LMDataModule(pl.LightningDataModule):
         self.block_size = block_size or None  # T; None: window batches
         self._on_device: dict[tuple, Windows | Blocks] = {}  # (split, device) -> the split's batches' source there
         self.stats: dict[str, SplitStats] = {}
+        self.units: dict[str, TextUnits] = {}  # valid/test: the bytes and words their scored tokens cover
         self.files: dict[str, str] = {}
         self.id_cache: IdStreams | None = None  # the cached id streams of a corpus read line by line
         self.train_group, self.train_limit = 1, None  # `group_training`
@@ -82,6 +87,8 @@ class LMDataModule(pl.LightningDataModule):
             return
         cfg = self.corpus_cfg
         built_here = self.vocab is None
+        k = self.context_size
+        heads: dict[str, TextUnits] = {}  # split -> the units of its first k tokens
         lines = CORPORA.get(cfg.get("name")).line_files(cfg, Path(self.data_dir).expanduser())
         if lines is not None:  # split files read line by line into ids once, then cached (nplm.data.id_cache)
             self.id_cache = load_ids(lines, cfg, self.data_dir, self.vocab)
@@ -89,14 +96,27 @@ class LMDataModule(pl.LightningDataModule):
             _check_vocab_size(cfg, self.vocab)
             streams = ((s, self.id_cache.ids[s], self.id_cache.tokens[s], self.id_cache.oov_rate.get(s, 0.0))
                        for s in SPLITS)
+            totals = {s: TextUnits(self.id_cache.tokens[s], st["text_bytes"], st["text_words"])
+                      for s, st in self.id_cache.stats.items()}
         else:
             text = load_corpus(cfg, self.data_dir)
             self.files, contiguous = text.files, text.contiguous
-            if built_here:
-                self.vocab = self._build_vocab(text)
-            streams = ((s, self.vocab.encode(getattr(text, s)), len(getattr(text, s)),
-                        self.vocab.oov_rate(getattr(text, s))) for s in SPLITS)  # encoded one split at a time
-        k = self.context_size
+            texts = {s: render(getattr(text, s), JOINERS[text.tokenizer]) for s in SPLITS}
+            if cfg.get("tokenizer") is not None:  # a learned subword vocabulary: trained on the training text
+                subword = self.vocab.subword if self.vocab is not None else Subwords.train(
+                    cfg["tokenizer"], int(cfg["vocab_size"]), lambda: lines_of(texts["train"]), text.tokenizer)
+                encoded = {s: torch.tensor(subword.encode(texts[s]), dtype=torch.long) for s in SPLITS}
+                if built_here:
+                    self.vocab = Vocabulary.of_subwords(subword, encoded["train"])
+                streams = ((s, encoded[s], len(encoded[s]), unknown_rate(encoded[s], self.vocab)) for s in SPLITS)
+            else:
+                if built_here:
+                    self.vocab = self._build_vocab(text)
+                streams = ((s, self.vocab.encode(getattr(text, s)), len(getattr(text, s)),
+                            self.vocab.oov_rate(getattr(text, s))) for s in SPLITS)  # encoded one split at a time
+            totals = {s: text_units(texts[s], len(getattr(text, s))) for s in SPLITS}
+            if self.vocab.subword is None:  # the first k words as they are, not as <unk>
+                heads = {s: text_units(render(getattr(text, s)[:k], JOINERS[text.tokenizer]), k) for s in SPLITS}
         previous: torch.Tensor | None = None
         for split, ids, tokens, oov_rate in streams:
             # In one contiguous text, a split's first k tokens are predicted from the previous split's
@@ -110,6 +130,10 @@ class LMDataModule(pl.LightningDataModule):
             _require_tokens(cfg, split, tokens, len(stream), k)
             self.windows[split] = Windows(stream, k)
             self.stats[split] = SplitStats(tokens, len(self.windows[split]), oov_rate)
+            if split in totals and split != "train":  # what the scored tokens cover (nplm.data.text_units)
+                total = dataclasses.replace(totals[split], tokens=len(ids))
+                head = heads[split] if split in heads else units_of_ids(self.vocab, ids[:k])
+                self.units[split] = total if context is not None else total.less(k, head)
         if built_here and lines is None:  # counts are training-split counts, whatever the vocabulary was counted on
             self.vocab.counts = torch.bincount(self.ids["train"], minlength=len(self.vocab)).tolist()
         for split, s in self.stats.items():
@@ -213,7 +237,14 @@ class LMDataModule(pl.LightningDataModule):
             "name": self.corpus_cfg["name"],
             "vocab_size": len(self.vocab),
             **{f"{split}_{key}": value for split, s in self.stats.items() for key, value in vars(s).items()},
+            **{f"{split}_scored_{key}": getattr(u, key) for split, u in self.units.items()
+               for key in ("bytes", "words")},
         }
+
+
+def unknown_rate(ids: torch.Tensor, vocab: Vocabulary) -> float:
+    """Fraction of `ids` that are the unknown token (a subword vocabulary: characters never seen in training)."""
+    return float((ids == vocab.unk_id).double().mean()) if vocab.unk_id is not None and len(ids) else 0.0
 
 
 def _check_vocab_size(cfg: dict, vocab: Vocabulary) -> None:

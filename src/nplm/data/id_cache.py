@@ -37,14 +37,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from nplm.data import sources
+from nplm.data import sources, subwords
+from nplm.data.subwords import Subwords
 from nplm.data.vocabulary import EOS, UNK, Vocabulary
 from nplm.errors import UserError, WriteError
 from nplm.files import atomic_write, cannot_write
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the cache's layout or the tokenisation code changes meaning
+FORMAT = 2  # bump when the cache's layout or the tokenisation code changes meaning
 SPLITS = ("train", "valid", "test")
 VOCAB_KEYS = ("vocab_from", "min_count", "max_vocab", "unk", "order")
 BLOCK = 1 << 22  # characters of text per block of lines read at a time
@@ -116,25 +117,34 @@ def load_ids(lines: LineFiles, corpus_cfg: dict, data_dir: str | Path, vocab: Vo
     root = Path(data_dir).expanduser() / "ids"
     root.mkdir(parents=True, exist_ok=True)
     shas = {split: file_sha256(path, root) for split, path in lines.files.items()}
+    settings = lines.settings()
+    if corpus_cfg.get("tokenizer") is not None:  # a learned subword vocabulary (nplm.data.subwords)
+        settings["subwords"] = {"kind": corpus_cfg["tokenizer"], "vocab_size": corpus_cfg.get("vocab_size"),
+                                "format": subwords.FORMAT}
     if vocab is None:
         vocab_key = {k: corpus_cfg.get(k, default) for k, default in
                      zip(VOCAB_KEYS, ("train", 1, None, UNK, "frequency"))}
     else:
-        vocab_key = {"given": hashlib.sha256("\n".join([vocab.unk or "", *vocab.tokens]).encode()).hexdigest()}
-    material = {"format": FORMAT, "corpus": lines.name, "files": shas, "tokenisation": lines.settings(),
+        given = (vocab.subword.to_dict()["json"] if vocab.subword is not None
+                 else "\n".join([vocab.unk or "", *vocab.tokens]))
+        vocab_key = {"given": hashlib.sha256(given.encode()).hexdigest()}
+    material = {"format": FORMAT, "corpus": lines.name, "files": shas, "tokenisation": settings,
                 "vocabulary": vocab_key}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:20]
     folder = root / f"{lines.name}-{key}"
     built = False
     with _lock(root / f"{folder.name}.lock"):
         if not (folder / "meta.json").is_file():
-            _build(lines, corpus_cfg, vocab, material, folder)
+            build = _build_subwords if "subwords" in settings else _build
+            build(lines, corpus_cfg, vocab, material, folder)
             built = True
     meta = json.loads((folder / "meta.json").read_text())
     if lines.check is not None:
         lines.check(meta["stats"])
-    given = vocab
-    vocab = Vocabulary.from_dict(json.loads((folder / "vocab.json").read_text())) if given is None else given
+    if vocab is None:
+        vocab = Vocabulary.from_dict(json.loads((folder / "vocab.json").read_text()))
+        if "subwords" in settings:
+            vocab.subword = Subwords.from_dict(json.loads((folder / "tokenizer.json").read_text()))
     ids = {split: _open_ids(folder / f"{split}.npy") for split in SPLITS}
     seconds = time.perf_counter() - start
     log.info("corpus %s: token ids %s %s in %.1f s", lines.name, "built into" if built else "read from", folder,
@@ -189,6 +199,15 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         is_unknown |= remap == unk  # a literal <unk> counts as out of vocabulary, as Vocabulary.oov_rate
     oov = {split: float(c[is_unknown].sum() / c.sum()) if c.sum() else 0.0 for split, c in counts.items()}
     seconds["vocabulary"] = time.perf_counter() - start - seconds["read"]
+    seconds["write"] = 0.0
+    _write_cache(folder, read, remap, vocab, {**material, "stats": stats, "oov_rate": oov, "build_seconds": seconds})
+
+
+def _write_cache(folder: Path, read: dict[str, list[np.ndarray]], remap: np.ndarray, vocab: Vocabulary, meta: dict,
+                 extra: dict[str, str] | None = None) -> None:
+    """Each split's ids (`read` through `remap`), the vocabulary, the `extra` files {name: text} and
+    `meta` into a temporary folder renamed to `folder` once complete."""
+    start = time.perf_counter()
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
@@ -198,9 +217,11 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         for split in SPLITS:
             _write_ids(read.get(split, []), remap, tmp / f"{split}.npy")
         (tmp / "vocab.json").write_text(json.dumps(vocab.to_dict()))
-        seconds["write"] = time.perf_counter() - start - seconds["read"] - seconds["vocabulary"]
-        (tmp / "meta.json").write_text(json.dumps({**material, "stats": stats, "oov_rate": oov,
-                                                   "build_seconds": seconds}, indent=1))
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
+        if "write" in meta["build_seconds"]:
+            meta["build_seconds"]["write"] = time.perf_counter() - start
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         if folder.exists():  # a cache without meta.json: an older, unfinished one
             shutil.rmtree(folder)
         tmp.rename(folder)
@@ -211,16 +232,73 @@ def _build(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, materia
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _rendered(lines: LineFiles, split: str):
+    """Blocks of `split`'s lines rendered as its tokens render (`nplm.data.tokenizers.render`): the words of
+    a line joined by spaces, then a line break where the line gets an `<eos>`; without `<eos>` the words of
+    every line follow one another, a space apart."""
+    first = True
+    for block in lines.blocks(split):
+        out = []
+        for line in block:
+            words = (line.lower() if lines.lowercase else line).split()
+            if lines.eos:
+                if words or lines.blank_lines:
+                    out.append(" ".join(words) + "\n")
+            elif words:
+                out.append(("" if first else " ") + " ".join(words))
+                first = False
+        yield out
+
+
+def _build_subwords(lines: LineFiles, corpus_cfg: dict, vocab: Vocabulary | None, material: dict,
+                    folder: Path) -> None:
+    """`_build` for a learned subword vocabulary: trained on the training file's rendered lines (`vocab`'s own
+    when given), then every split encoded a block of lines at a time into ids written like `_build`'s, with
+    the tokenizer beside the vocabulary. The published counts are checked on the words read on the way."""
+    start = time.perf_counter()
+    subword = vocab.subword if vocab is not None else Subwords.train(
+        corpus_cfg["tokenizer"], int(corpus_cfg["vocab_size"]),
+        lambda: (line for block in _rendered(lines, "train") for line in block), "whitespace")
+    read, stats = {}, {}
+    for split in lines.files:
+        chunks, types, n_lines, words, text_bytes, text_words = [], set(), 0, 0, 0, 0
+        for block in _rendered(lines, split):
+            text = "".join(block)
+            chunks.append(np.array(subword.encode(text), dtype=np.int32))
+            line_words = text.split()
+            types.update(line_words)
+            n_lines, words = n_lines + len(block), words + len(line_words)
+            text_bytes += len(text.encode("utf-8"))
+            text_words += len(line_words) + text.count("\n")
+        read[split] = chunks
+        stats[split] = {"words": words, "lines": n_lines if lines.eos else 0, "tokens": sum(map(len, chunks)),
+                        "types": len(types) + (1 if lines.eos else 0), "text_bytes": text_bytes,
+                        "text_words": text_words}
+    if lines.check is not None and lines.eos and lines.blank_lines:  # the published line counts count every line
+        lines.check(stats)
+    if vocab is None:
+        train = np.concatenate(read.get("train", []) or [np.zeros(0, np.int32)])
+        vocab = Vocabulary.of_subwords(subword, torch.from_numpy(train.astype(np.int64)))
+    unk = vocab.unk_id
+    counts = {s: _counts(c, len(vocab)) for s, c in read.items()}
+    oov = {s: float(c[unk] / c.sum()) if unk is not None and c.sum() else 0.0 for s, c in counts.items()}
+    identity = np.arange(len(vocab), dtype=np.int64)
+    _write_cache(folder, read, identity, vocab, {**material, "stats": stats, "oov_rate": oov,
+                                                 "build_seconds": {"all": time.perf_counter() - start}},
+                 {"tokenizer.json": json.dumps(subword.to_dict())})
+
+
 def _read_split(lines: LineFiles, split: str, first_seen: defaultdict) -> tuple[list[np.ndarray], dict]:
     """One pass over a split file: its tokens as provisional ids (`first_seen`: one dictionary lookup
     per token, in C), a list of int32 arrays, one per block of lines; and its statistics: whitespace
     words, lines (blank ones included), tokens (words and `<eos>`), and distinct words plus one for
     `<eos>` (the published |V|)."""
     chunks: list[np.ndarray] = []
-    words = n_lines = eos = 0
+    words = n_lines = eos = word_bytes = word_lines = 0
     lookup = first_seen.__getitem__
     for block in lines.blocks(split):
         n_lines += len(block)
+        word_lines += sum(1 for line in block if not line.isspace())
         text = "".join(block)
         if lines.lowercase:
             text = text.lower()
@@ -237,11 +315,16 @@ def _read_split(lines: LineFiles, split: str, first_seen: defaultdict) -> tuple[
             pieces, added = text.split(), 0
         words += len(pieces) - added
         eos += added
+        word_bytes += len("".join(pieces).encode("utf-8")) - added * len(EOS)
         chunks.append(np.fromiter(map(lookup, pieces), dtype=np.int32, count=len(pieces)))
     seen = _counts(chunks, len(first_seen)) > 0
     eos_id = first_seen.get(EOS)  # (.get: no new entry)
     types = int(seen.sum()) + (0 if eos_id is not None and seen[eos_id] else 1)  # the words and <eos>
-    return chunks, {"words": words, "lines": n_lines, "tokens": words + eos, "types": types}
+    # the text the tokens render to (nplm.data.tokenizers.render): a space between two words of a line, a
+    # line break per <eos>; without <eos> every word after the first follows a space
+    spaces = words - word_lines if lines.eos else max(words - 1, 0)
+    return chunks, {"words": words, "lines": n_lines, "tokens": words + eos, "types": types,
+                    "text_bytes": word_bytes + spaces + eos, "text_words": words + eos}
 
 
 def _counts(chunks: list[np.ndarray], n: int) -> np.ndarray:

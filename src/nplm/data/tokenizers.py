@@ -6,6 +6,8 @@ from typing import Callable
 
 import regex
 
+from nplm.data.vocabulary import EOS
+
 # The pre-tokenizer pattern of OpenAI's GPT-2 (encoder.py); `regex` provides \p{L} and \p{N}.
 GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
@@ -39,3 +41,21 @@ def clean_brown_text(text: str) -> str:
 
 TOKENIZERS: dict[str, Callable[[str], list[str]]] = {"chars": chars, "whitespace": whitespace, "gpt2": gpt2}
 JOINERS = {"chars": "", "whitespace": " ", "gpt2": ""}
+
+
+def render(tokens: list[str], joiner: str) -> str:
+    """A corpus's tokens as text: joined with `joiner` ("" for characters and GPT-2 pre-tokens, which
+    carry their own whitespace); words (" ") joined by spaces with each `<eos>` a line break and no space
+    around it: ["a", "b", "<eos>", "c"] -> "a b\\nc". The text subword models train on and encode, and
+    whose bytes and words `nplm.data.text_units` counts."""
+    if joiner == "":
+        return "".join(tokens)
+    out, line = [], []
+    for tok in tokens:
+        if tok == EOS:
+            out.append(" ".join(line) + "\n")
+            line = []
+        else:
+            line.append(tok)
+    out.append(" ".join(line))
+    return "".join(out)

@@ -19,7 +19,9 @@ class Vocabulary:
     """An ordered list of tokens with their counts (the DataModule sets them to training-split counts).
 
     `joiner` is the string that glues decoded tokens back into text ("" for characters and GPT-2
-    pre-tokens, " " for whitespace words); `tokenizer` names how raw text is split into tokens.
+    pre-tokens, " " for whitespace words); `tokenizer` names how raw text is split into tokens. A learned
+    subword vocabulary (`tokenizer` bpe, wordpiece or unigram) carries its model in `subword`
+    (`nplm.data.subwords.Subwords`, saved beside the vocabulary, not in `to_dict`).
     """
 
     tokens: list[str]
@@ -28,6 +30,7 @@ class Vocabulary:
     joiner: str = " "
     tokenizer: str = "whitespace"
     index: dict[str, int] = field(init=False, repr=False)
+    subword: object | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.index = {tok: i for i, tok in enumerate(self.tokens)}
@@ -87,6 +90,12 @@ class Vocabulary:
         if unk is not None:
             kept.append((unk, dropped))
         return cls([t for t, _ in kept], [c for _, c in kept], unk=unk, joiner=joiner, tokenizer=tokenizer)
+
+    @classmethod
+    def of_subwords(cls, subword, train_ids: torch.Tensor) -> "Vocabulary":
+        """The vocabulary of a subword model (its pieces in id order), counted on the training ids."""
+        counts = torch.bincount(train_ids, minlength=len(subword.tokens)).tolist()
+        return cls(list(subword.tokens), counts, unk=subword.unk, joiner="", tokenizer=subword.kind, subword=subword)
 
     def __len__(self) -> int:
         return len(self.tokens)

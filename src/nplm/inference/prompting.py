@@ -43,7 +43,7 @@ def prompt_vectors(module: LanguageModel, text: str, oov: str = "unk") -> tuple[
         raise UserError(f"--oov={oov}: must be one of: {', '.join(OOV_MODES)}")
     vocab, C = module.vocab, module.model.input_embeddings()  # C: [V, m]
     k = module.model.context_size
-    tokens = TOKENIZERS[vocab.tokenizer](text)
+    tokens = vocab.subword.pieces(text) if vocab.subword is not None else TOKENIZERS[vocab.tokenizer](text)
     vectors = [C[boundary_id(module)]] * k
     for tok in tokens:
         if tok in vocab.index:
@@ -56,6 +56,12 @@ def prompt_vectors(module: LanguageModel, text: str, oov: str = "unk") -> tuple[
             p = next_log_probs(module, torch.stack(vectors[-k:])).exp()  # [V]
             vectors.append(p @ C)  # [m]
     return torch.stack(vectors), tokens
+
+
+def canonical(subword, line: list[int]) -> bool:
+    """Whether the ids of a line re-encode to themselves from their text (`nplm.data.subwords`): a
+    subword model can give a text's pieces in several ways, encoding gives one."""
+    return subword.encode(subword.decode(line)) == line
 
 
 def sample_next(log_probs: torch.Tensor, temperature: float, top_k: int, generator: torch.Generator) -> int:

@@ -6,7 +6,7 @@ Every run directory holds
   `nplm.training.flops`) and what reproduces the run (seed, git commit, data checksums, versions,
   command line);
 - `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, model FLOP utilisation, lr,
-  time);
+  time, and val/bpb, val/word_ppl: `nplm.data.text_units`);
 - with `logger=wandb` (the default) an offline W&B run under `wandb/` (its id in `wandb_id.txt`, so a
   resumed run reopens it), and Lightning's CSV log `csv/metrics.csv`. Both metrics files hold each
   epoch once however often the run was killed and resumed.
@@ -41,7 +41,7 @@ from nplm.tracking.runs import job_overrides
 log = logging.getLogger(__name__)
 
 HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", "val/ppl_best", "train/tokens_per_s",
-                  "train/mfu", "train/epoch_time_s", "train/lr", "elapsed_s"]
+                  "train/mfu", "train/epoch_time_s", "train/lr", "elapsed_s", "val/bpb", "val/word_ppl"]
 TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/mfu", "train/epoch_time_s",
                       "train/lr"]
 
@@ -231,8 +231,11 @@ class EpochHistory(Checkpoint):
             if type(logger).__name__ == "CSVLogger":
                 logger.save()
         mfu = f"  MFU {row['train/mfu']:.2%}" if row.get("train/mfu") is not None else ""
-        log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)  %s tokens/s%s  %.1f s", row["epoch"],
-                 _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")),
+        # the figures that compare across tokenisations (nplm.data.text_units), where the epoch has them
+        text = "".join(f"  {key} {_fmt(row[key], spec)}" for key, spec in (("val/bpb", ".4f"), ("val/word_ppl", ".3f"))
+                       if row.get(key) is not None)
+        log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)%s  %s tokens/s%s  %.1f s", row["epoch"],
+                 _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")), text,
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), mfu, row.get("train/epoch_time_s") or 0.0)
 
 

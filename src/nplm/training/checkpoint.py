@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from nplm.data.subwords import KINDS as SUBWORD_KINDS, Subwords
+from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.module import CHECKPOINT_KEY, LanguageModel
 
@@ -31,7 +33,14 @@ def load_model(path: str | Path) -> LanguageModel:
     """Rebuild the `LanguageModel` (model + head + vocabulary) of a checkpoint, in eval mode."""
     ckpt = read_checkpoint(path)
     entry = ckpt[CHECKPOINT_KEY]
-    module = LanguageModel(**ckpt["hyper_parameters"], vocab=entry["vocab"], tree=entry.get("tree"))
+    vocab = Vocabulary.from_dict(entry["vocab"])
+    if vocab.tokenizer in SUBWORD_KINDS:  # a learned subword vocabulary: its model encodes and decodes text
+        if not entry.get("tokenizer"):
+            raise UserError(f"checkpoint={path}: its {vocab.tokenizer} vocabulary has no tokenizer (the "
+                            f"'{CHECKPOINT_KEY}' entry lacks 'tokenizer'); use the checkpoint nplm-train wrote, "
+                            "whose run folder also holds tokenizer.json")
+        vocab.subword = Subwords.from_dict(entry["tokenizer"])
+    module = LanguageModel(**ckpt["hyper_parameters"], vocab=vocab, tree=entry.get("tree"))
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:

@@ -13,6 +13,7 @@ import pytorch_lightning as pl
 import torch
 
 from nplm.fast import backprop
+from nplm.data.text_units import figures
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.capture import SILENCE, CapturedStep, capture_blocker, eager_optimizer_state
@@ -68,8 +69,9 @@ def use_tf32(enabled: bool) -> None:
 class LanguageModel(pl.LightningModule):
     """Trains `head.loss(model(context), target)` and evaluates the exact `head.nll`; logs
     `train/ppl` (`train/ppl_sampled` for heads trained on a sampled loss), `val/ppl`, `val/ppl_best`,
-    `test/ppl` (token-weighted over the whole split), `train/tokens_per_s`, `train/mfu` (once the run's
-    `nplm.training.flops.FlopCount` has set `flops`) and `train/lr`.
+    `test/ppl` (token-weighted over the whole split), beside them `val/bpb`, `val/word_ppl`, `test/bpb`,
+    `test/word_ppl` (and `val/bpb_best`, `val/word_ppl_best`: `nplm.data.text_units`), `train/tokens_per_s`,
+    `train/mfu` (once the run's `nplm.training.flops.FlopCount` has set `flops`) and `train/lr`.
 
     Hyperparameters are plain dicts, so checkpoints load with `torch.load(weights_only=True)`.
 
@@ -412,6 +414,7 @@ class LanguageModel(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         ppl = self.val_ppl.compute().item()
+        self._log_text_figures("val", "valid", self.val_ppl, ppl)
         self.val_ppl.reset()
         if self._validating_inside_fit():  # (before the checkpoint callbacks: a diverged model is not saved)
             self.check_finite()
@@ -422,13 +425,40 @@ class LanguageModel(pl.LightningModule):
             self.best_val_ppl = min(self.best_val_ppl, ppl)
         self.log("val/ppl", ppl, prog_bar=True, sync_dist=True)
         self.log("val/ppl_best", self.best_val_ppl, sync_dist=True)
+        for name, value in self.best_val_figures().items():
+            self.log(name, value, sync_dist=True)
 
     def test_step(self, batch, batch_idx):
         self.test_ppl.update(self.nll(*batch))
 
     def on_test_epoch_end(self) -> None:
-        self.log("test/ppl", self.test_ppl.compute().item(), sync_dist=True)
+        ppl = self.test_ppl.compute().item()
+        self._log_text_figures("test", "test", self.test_ppl, ppl)
+        self.log("test/ppl", ppl, sync_dist=True)
         self.test_ppl.reset()
+
+    def _split_units(self, split: str):
+        """The bytes and words the scored tokens of `split` cover (`LMDataModule.units`), if known."""
+        return getattr(getattr(self.trainer, "datamodule", None), "units", {}).get(split)
+
+    def _log_text_figures(self, stage: str, split: str, metric: Perplexity, ppl: float) -> None:
+        """`<stage>/bpb` and `<stage>/word_ppl` (`nplm.data.text_units`) where the epoch scored every token
+        of the split (not with trainer.limit_*_batches or data.overfit_batches)."""
+        units = self._split_units(split)
+        tokens = int(self.trainer.strategy.reduce(metric.tokens.double(), reduce_op="sum"))
+        if stage == "val":
+            self._val_units = units if units is not None and tokens == units.tokens else None
+        if units is None or tokens != units.tokens:
+            return
+        for name, value in figures(math.log(ppl) * tokens, units).items():
+            self.log(f"{stage}/{name}", value, sync_dist=True)
+
+    def best_val_figures(self) -> dict[str, float]:
+        """`val/bpb_best` and `val/word_ppl_best`: those of `best_val_ppl` (monotone in it: the same epoch)."""
+        units = getattr(self, "_val_units", None)
+        if units is None or not math.isfinite(self.best_val_ppl):
+            return {}
+        return {f"val/{name}_best": v for name, v in figures(math.log(self.best_val_ppl) * units.tokens, units).items()}
 
     def configure_optimizers(self):
         # T of optimizer.cosine: nplm-train's plan counts optimizer steps (Lightning's estimate counts groups)
@@ -445,7 +475,8 @@ class LanguageModel(pl.LightningModule):
         if "optimizer_states" in checkpoint:
             checkpoint["optimizer_states"] = [eager_optimizer_state(s) for s in checkpoint["optimizer_states"]]
         checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
-                                      "tree": self.tree.to_dict() if self.tree is not None else None}
+                                      "tree": self.tree.to_dict() if self.tree is not None else None,
+                                      "tokenizer": None if self.vocab.subword is None else self.vocab.subword.to_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]

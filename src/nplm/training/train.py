@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
+from nplm.files import atomic_write
 from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
@@ -146,6 +148,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
     record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s)
     record.data["tied_embeddings"] = module.tied_embeddings  # model.tie_embeddings (auto) as resolved
+    if dm.vocab.subword is not None and record.enabled:  # the ids' text: nplm.data.subwords
+        atomic_write(out_dir / "tokenizer.json", json.dumps(dm.vocab.subword.to_dict()))
     if tree is not None and record.enabled:
         tree.save(out_dir / "tree.json")
         record.data["tree"] = tree.stats(dm.vocab.counts)
@@ -169,6 +173,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
         metrics["val/ppl_best"] = module.best_val_ppl
+        metrics.update(module.best_val_figures())
         if module.flops is not None:
             metrics.update(module.flops.metrics())
         record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)

@@ -16,6 +16,8 @@ may set (`register_corpus`): `load(cfg, data_dir) -> CorpusText` reads its split
 `tokens(cfg, text)` tokenises any text as the corpus tokenises its own (`nplm-eval --text`).
 A corpus whose splits are text files read line by line may also give `line_files(cfg, data_dir)`:
 the datamodule then streams them into token ids once and caches those (`nplm.data.id_cache`).
+Every corpus takes the common keys: its vocabulary settings, and `tokenizer` / `vocab_size`, a learned
+subword vocabulary over its tokens rendered back to text (`nplm.data.subwords`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from nplm.config.registry import Registry
 from nplm.config.rules import Check, Choice, Int, Size, Str, show
 from nplm.data import sources
+from nplm.data.subwords import KINDS as SUBWORD_KINDS
 from nplm.errors import UserError
 
 
@@ -35,13 +38,24 @@ def _one_rest(c: dict) -> str | None:
     return None
 
 
+def _subword_size(c: dict) -> str | None:
+    if c.get("tokenizer") is not None and c.get("vocab_size") is None:
+        return f"a number of pieces with corpus.tokenizer={c['tokenizer']}, e.g. corpus.vocab_size=2000"
+    if c.get("tokenizer") is None and c.get("vocab_size") is not None:
+        return "null without corpus.tokenizer (set corpus.tokenizer=bpe to learn a subword vocabulary)"
+    return None
+
+
 CORPORA = Registry("corpus", __name__, common={
     "vocab_from": Choice(options=("train", "all"), doc="count the vocabulary on the training split or all splits"),
     "min_count": Int(1, doc="words seen fewer times become <unk>"),
     "max_vocab": Int(2, nullable=True, doc="keep only the N most frequent (<unk> included)"),
     "unk": Str(nullable=True, doc="the unknown-word token (null: none; every word must be in the vocabulary)"),
     "order": Choice(options=("frequency", "sorted"), doc="word ids by frequency or in sorted order"),
-}, checks=(Check("valid_size", _one_rest),))
+    "tokenizer": Choice(options=SUBWORD_KINDS, nullable=True, doc="a learned subword vocabulary trained on the "
+                        "training split (nplm.data.subwords; null: the corpus's own tokens)"),
+    "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
+}, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
 register_corpus = CORPORA.register
 # The split sizes of a corpus that is one text cut in three (`split`).
 SIZES = {"train_size": Size(required=True, doc="training tokens (a count, or a fraction of the corpus)"),
