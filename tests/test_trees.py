@@ -171,12 +171,51 @@ def test_brown_puts_word_families_with_disjoint_contexts_under_different_root_ch
     assert sorted(root_split(tree, set(A + B)), key=min) == [set(A), set(B)]
 
 
-def test_brown_rejects_bad_options():
-    ctx = make_ctx(two_languages(), 13)
-    with pytest.raises(UserError, match=r"tree.num_classes=1 must be at least 2"):
-        brown(ctx, num_classes=1)
-    with pytest.raises(UserError, match=r"tree.within='alphabetical' is not one of: huffman, balanced"):
-        brown(ctx, within="alphabetical")
+@pytest.mark.parametrize("options,message", [
+    ({"name": "brown", "num_classes": 1}, "tree.num_classes=1: must be an integer >= 2"),
+    ({"name": "brown", "within": "alphabetical"}, "tree.within=alphabetical: must be one of: huffman, balanced"),
+    ({"name": "wordnet", "binarise": "median"}, "tree.binarise=median: must be one of: balanced, kmeans"),
+    ({"name": "wordnet", "unplaced": "closest"}, "tree.unplaced=closest: must be one of: nearest, subtree"),
+])
+def test_tree_options_are_checked_once_by_the_rules_they_registered(options, message):
+    """The builders do not check again what the schema checked (issue 40: one validation per key)."""
+    from nplm.config.schema import check_group, groups
+
+    with pytest.raises(UserError) as err:
+        check_group("tree", groups()["tree"], options)
+    assert str(err.value) == message
+
+
+def test_every_registered_default_is_the_one_its_yaml_sets():
+    """One default per key: where the code states a default for a key (its builder's or __init__'s signature,
+    its config dataclass, its rule), it is the value the option's yaml gives, for every option of every group."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    import yaml
+    from nplm.config import CONF_DIR
+    from nplm.config.schema import REGISTRIES
+
+    checked = 0
+    for group, where in REGISTRIES.items():
+        module, attr = where.split(":")
+        registry = getattr(importlib.import_module(module), attr)
+        for name, option in registry.options().items():
+            target = option.target
+            code = {p.name: p.default for p in inspect.signature(target.__init__ if isinstance(target, type) else target)
+                    .parameters.values() if p.default is not inspect.Parameter.empty}
+            if getattr(target, "config_class", None):
+                code.update({f.name: f.default for f in dataclasses.fields(target.config_class)})
+            rules = {**registry.common, **option.keys}
+            for key, value in (yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text()) or {}).items():
+                value = tuple(value) if isinstance(value, list) else value
+                for default in (code.get(key), getattr(rules.get(key), "default", None)):
+                    if default is not None:
+                        assert (tuple(default) if isinstance(default, list) else default) == value, \
+                            f"{group}={name} {key}: the yaml says {value!r}, the code {default!r}"
+                        checked += 1
+    assert checked > 50
 
 
 # -- wordnet -----------------------------------------------------------------------------------------
@@ -203,14 +242,14 @@ def test_wordnet_balanced_binarisation_keeps_a_deep_is_a_chain_shallow():
     assert tree_from_hypernyms(paths, vectors, binarise="kmeans").stats()["max_depth"] == V - 1
     balanced = tree_from_hypernyms(paths, vectors, binarise="balanced")
     assert balanced.stats()["max_depth"] <= math.ceil(math.log2(V)) + 4  # 10, against 63
-    with pytest.raises(UserError, match=r"tree.binarise='median' is not one of: balanced, kmeans"):
+    with pytest.raises(ValueError, match=r"binarise='median' one of"):
         tree_from_hypernyms(paths, vectors, binarise="median")
 
 
 def test_wordnet_subtree_mode_gives_words_without_synset_their_own_root_child():
     tree = tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="subtree", binarise="kmeans")
     assert sorted(root_split(tree, set(range(9))), key=min) == [set(range(7)), {7, 8}]
-    with pytest.raises(UserError, match=r"tree.unplaced='closest' is not one of: nearest, subtree"):
+    with pytest.raises(ValueError, match=r"unplaced='closest' must be one of"):
         tree_from_hypernyms(PATHS, wordnet_vectors(), unplaced="closest")
 
 
@@ -299,3 +338,17 @@ def test_learned_tree_needs_vectors_of_the_right_shape():
 def test_identical_vectors_fall_back_to_halves():
     tree = cluster_tree(np.ones((37, 3)))
     assert tree.stats()["max_depth"] == math.ceil(math.log2(37))
+
+
+def test_a_cached_trees_key_holds_the_builders_format(tmp_path, monkeypatch):
+    """A corrected builder raises TREE_CACHE_FORMAT, and no cache serves the trees of the old one."""
+    from types import SimpleNamespace
+
+    from nplm.training import tree_phase
+
+    dm = SimpleNamespace(id_cache=SimpleNamespace(cache_dir=tmp_path))
+    now = tree_phase._tree_cache({"name": "huffman"}, dm, seed=1)
+    assert now.parent == tmp_path / "trees" and now.name.startswith("huffman-")
+    assert tree_phase._tree_cache({"name": "huffman"}, dm, seed=1) == now
+    monkeypatch.setattr(tree_phase, "TREE_CACHE_FORMAT", tree_phase.TREE_CACHE_FORMAT + 1)
+    assert tree_phase._tree_cache({"name": "huffman"}, dm, seed=1) != now

@@ -56,11 +56,13 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
 
 # Trees that depend only on the training ids, the vocabulary, their counts, the seed and their options.
 CACHED_TREES = ("balanced", "random", "huffman", "brown")
+# Part of every cached tree's key: raise it when a builder's output changes, so no cache serves an old tree.
+TREE_CACHE_FORMAT = 2
 
 
 def _tree_cache(tree_cfg: dict, dm: LMDataModule, seed: int) -> Path | None:
     """Where the tree of a corpus tokenised once (`dm.id_cache`, `nplm.data.id_cache`) is kept, next to
-    its ids: `<cache>/trees/<name>-<hash of the options and seed>.json`, so that later runs and every
+    its ids: `<cache>/trees/<name>-<hash of the options, seed and TREE_CACHE_FORMAT>.json`, so that later runs and every
     job of a sweep read it instead of building it again (a Brown tree takes minutes at WikiText-103's
     size). None for other corpora and trees."""
     if dm.id_cache is None or tree_cfg.get("name") not in CACHED_TREES:
@@ -68,7 +70,7 @@ def _tree_cache(tree_cfg: dict, dm: LMDataModule, seed: int) -> Path | None:
     import hashlib
     import json
 
-    key = hashlib.sha256(json.dumps({"tree": tree_cfg, "seed": seed}, sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps({"tree": tree_cfg, "seed": seed, "format": TREE_CACHE_FORMAT}, sort_keys=True).encode()).hexdigest()[:16]
     folder = dm.id_cache.cache_dir / "trees"
     folder.mkdir(exist_ok=True)
     return folder / f"{tree_cfg['name']}-{key}.json"

@@ -201,14 +201,10 @@ def merge_classes(P: np.ndarray, codes: list[int], first_code: int) -> list[tupl
     "num_classes": Int(2, doc="C, flat classes before the hierarchy (>= |V|: exact Brown merging)"),
     "sweeps": Int(0, doc="at most this many exchange passes"),
     "within": Choice(options=("huffman", "balanced"), doc="the tree inside a class")})
-def build(ctx, num_classes: int = 256, sweeps: int = 10, within: str = "huffman") -> Tree:
+def build(ctx, num_classes: int = 1000, sweeps: int = 10, within: str = "huffman") -> Tree:
     """`num_classes`: C, flat classes before the hierarchy (>= |V|: exact Brown merging);
     `sweeps`: at most this many exchange passes; `within`: huffman | balanced, the tree inside a class."""
-    V = len(ctx.vocab.tokens)
-    if int(num_classes) < 2:
-        raise UserError(f"tree.num_classes={num_classes} must be at least 2 (try 256)")
-    if within not in ("huffman", "balanced"):
-        raise UserError(f"tree.within={within!r} is not one of: huffman, balanced")
+    V = len(ctx.vocab.tokens)  # (the keys' types and ranges: checked by the rules registered above)
     ids = np.asarray(ctx.train_ids, dtype=np.int64)  # [N]
     if len(ids) < 2:
         raise UserError(f"tree=brown needs training bigrams; the training split has {len(ids)} tokens")

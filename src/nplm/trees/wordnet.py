@@ -58,10 +58,8 @@ def tree_from_hypernyms(paths: dict[int, Sequence[str]], vectors: np.ndarray, un
                         seed: int = 0, iterations: int = 20, binarise: str = "balanced") -> Tree:
     """The tree over words 0..V-1 (V = len(vectors) [V, m]) where word w hangs under the synset path
     `paths[w]` (root first, its own synset last); words missing from `paths` are placed per `unplaced`."""
-    if unplaced not in UNPLACED:
-        raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
-    if binarise not in BINARISE:
-        raise UserError(f"tree.binarise={binarise!r} is not one of: {', '.join(BINARISE)}")
+    if unplaced not in UNPLACED or binarise not in BINARISE:  # (nplm-train's values: checked by the schema)
+        raise ValueError(f"unplaced={unplaced!r} must be one of {UNPLACED}, binarise={binarise!r} one of {BINARISE}")
     vectors = np.asarray(vectors, dtype=np.float64)
     V = len(vectors)
     # the IS-A trie: node 0 is the virtual root, every other node a synset
@@ -180,12 +178,12 @@ def hypernym_paths(tokens: Sequence[str], wn) -> dict[int, list[str]]:
 
 
 @register_tree("wordnet", keys={
-    "unplaced": Choice(options=("nearest", "subtree"), doc="where words without a synset go"),
+    "unplaced": Choice(options=UNPLACED, doc="where words without a synset go"),
     "nltk_data": SearchDir(nullable=True, doc="a folder holding corpora/wordnet.zip"),
     "download": Bool(doc="nltk.download WordNet when it is missing"),
     "dim": Int(1, doc="size of the co-occurrence vectors"), "contexts": Int(1, doc="context words counted"),
     "iterations": Int(1, doc="2-means iterations"), "seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)"),
-    "binarise": Choice(options=("balanced", "kmeans"), default="balanced", doc="how a synset's children are paired")})
+    "binarise": Choice(options=BINARISE, default="balanced", doc="how a synset's children are paired")})
 def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download: bool = False,
           dim: int = 50, contexts: int = 2000, iterations: int = 20, seed: int | None = None,
           binarise: str = "balanced") -> Tree:
@@ -193,10 +191,6 @@ def build(ctx, unplaced: str = "nearest", nltk_data: str | None = None, download
     corpora/wordnet(.zip); `download`: fetch WordNet if missing; `dim`, `contexts`: the co-occurrence
     vectors' size and context words (unused with ctx.embeddings); `iterations`: Lloyd iterations per
     split; `seed`: the splits' seed (null: ctx.seed); `binarise`: balanced | kmeans (module docstring)."""
-    if binarise not in BINARISE:
-        raise UserError(f"tree.binarise={binarise!r} is not one of: {', '.join(BINARISE)}")
-    if unplaced not in UNPLACED:
-        raise UserError(f"tree.unplaced={unplaced!r} is not one of: {', '.join(UNPLACED)}")
     seed = ctx.seed if seed is None else seed
     wn = open_wordnet(nltk_data, str(Path(ctx.data_dir) / "nltk_data"), download)
     paths = hypernym_paths(ctx.vocab.tokens, wn)
