@@ -54,10 +54,16 @@ EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 
                        "(lazy Adam), as model.sparse_embeddings for C; pays at large |V|")})
 class HierarchicalHead(Head):
     has_predicted_representation = True  # `predicted_representation`: what tree=learned clusters
+    variants = ({}, {"node_form": "logistic"})
+    avoids_full_scores = True  # the nodes on each target's path only
 
     @classmethod
     def uses_tree(cls, options) -> bool:
         return True
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
+        return options.get("node_init") == "unigram"  # the node biases: log-odds of the unigram split
 
     def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
                  node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "random",
@@ -96,7 +102,7 @@ class HierarchicalHead(Head):
             if node_init in ("zero", "unigram"):  # word2vec's node vectors: the features do not count yet
                 (self.q if node_form == "logistic" else self.N).zero_()
             if node_init == "unigram":
-                require_counts("head=hierarchical head.node_init=unigram", counts, tree.vocab_size)
+                require_counts("hierarchical", counts, tree.vocab_size)  # built directly, not by build_head
                 (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
 
     @classmethod
