@@ -120,11 +120,16 @@ def head_overrides(name: str, options: dict) -> list[str]:
     return [f"head={name}", *(f"head.{key}={value}" for key, value in options.items()), *tree]
 
 
+def balanced_tree(vocab_size: int):
+    """A balanced binary tree over word ids 0..V-1."""
+    from nplm.trees.tree import Tree, balanced_nested
+
+    return Tree.from_nested(balanced_nested(list(range(vocab_size))), vocab_size)
+
+
 def build_any_head(name: str, options: dict, feature_dim: int, vocab_size: int, counts: list[int] | None, **kwargs):
     """`build_head` of head `name` with `options`, given a balanced tree over the vocabulary where it uses one."""
     from nplm.heads import build_head, head_class
-    from nplm.trees.tree import Tree, balanced_nested
 
-    uses_tree = head_class(name).uses_tree(options)
-    tree = Tree.from_nested(balanced_nested(list(range(vocab_size))), vocab_size) if uses_tree else None
+    tree = balanced_tree(vocab_size) if head_class(name).uses_tree(options) else None
     return build_head({"name": name, **options}, feature_dim, vocab_size, counts, tree, **kwargs)
