@@ -58,8 +58,8 @@ def test_the_worked_example_trains_from_its_three_files_alone(tmp_path):
 
 # A head added as the README's table says: its module and its yaml, nothing else.
 HEAD_FILES = {
-    "src/nplm/heads/scaled_softmax.py": '''"""`head=scaled_softmax`: the full softmax of scores divided by a temperature,
-P(w | f) = softmax((W f + b) / tau)_w."""
+    "src/nplm/heads/scaled_softmax.py": '''"""`head=scaled_softmax`: the full softmax of scores divided by a
+temperature, P(w | f) = softmax((W f + b) / tau)_w."""
 
 import torch
 from torch import nn
