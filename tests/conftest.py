@@ -91,3 +91,45 @@ def compile_backend(monkeypatch):
 
     with config.patch(fallback_random=True):
         yield backend
+
+
+def head_variants() -> list[tuple[str, dict]]:
+    """(name, options) of every registered head, once per option set its class lists as taking another code
+    path (`Head.variants`): the conformance tests parametrize over these, so a new head is checked by them
+    as soon as it registers."""
+    from nplm.heads import HEADS
+
+    return [(name, dict(options)) for name, option in HEADS.options().items() for options in option.target.variants]
+
+
+def head_id(name: str, options: dict) -> str:
+    """A test id: `hierarchical-node_form=logistic`."""
+    return "-".join([name, *(f"{k}={v}" for k, v in options.items())])
+
+
+def head_params() -> list:
+    """`pytest.param(name, options, id=...)` for `head_variants()`, for `parametrize("name,options", ...)`."""
+    return [pytest.param(name, options, id=head_id(name, options)) for name, options in head_variants()]
+
+
+def head_overrides(name: str, options: dict) -> list[str]:
+    """The command-line overrides of a head and its options, with `tree=balanced` where the head uses a tree."""
+    from nplm.heads import head_class
+
+    tree = ["tree=balanced"] if head_class(name).uses_tree(options) else []
+    return [f"head={name}", *(f"head.{key}={value}" for key, value in options.items()), *tree]
+
+
+def balanced_tree(vocab_size: int):
+    """A balanced binary tree over word ids 0..V-1."""
+    from nplm.trees.tree import Tree, balanced_nested
+
+    return Tree.from_nested(balanced_nested(list(range(vocab_size))), vocab_size)
+
+
+def build_any_head(name: str, options: dict, feature_dim: int, vocab_size: int, counts: list[int] | None, **kwargs):
+    """`build_head` of head `name` with `options`, given a balanced tree over the vocabulary where it uses one."""
+    from nplm.heads import build_head, head_class
+
+    tree = balanced_tree(vocab_size) if head_class(name).uses_tree(options) else None
+    return build_head({"name": name, **options}, feature_dim, vocab_size, counts, tree, **kwargs)

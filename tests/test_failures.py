@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TOY_FAST, compose_cfg
+from conftest import TOY_FAST, balanced_tree, compose_cfg, head_overrides, head_params
 from nplm.errors import UserError, WriteError
 from nplm.files import atomic_open, atomic_write, folder_problem
 from nplm.training.checkpoint import read_checkpoint
@@ -318,15 +318,19 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_before_it_is_allocated(tmp
         check_memory(big_batch, vocab)
 
 
-@pytest.mark.parametrize("head", ["softmax", "class_based", "adaptive", "importance_sampling", "nce"])
-def test_the_memory_estimate_builds_every_head_without_a_tree_on_the_meta_device(tmp_path, head):
+@pytest.mark.parametrize("name,options", head_params())
+def test_the_memory_estimate_builds_every_head_on_the_meta_device(tmp_path, name, options):
+    """Every registered head (each of its variants), with a balanced tree where it uses one."""
+    from nplm.heads import head_class
     from nplm.training.memory import estimate
 
     V = 1000
     vocab = {"tokens": [f"w{i}" for i in range(V)], "counts": list(range(V, 0, -1)), "unk": "w0", "joiner": " ",
              "tokenizer": "whitespace"}
-    cfg = compose_cfg(tmp_path, "corpus=toy", "model.embed_dim=16", "model.hidden_dim=32", f"head={head}")
-    need = estimate(cfg, vocab)
+    cfg = compose_cfg(tmp_path, "corpus=toy", "model.embed_dim=16", "model.hidden_dim=32",
+                      *head_overrides(name, options))
+    tree = balanced_tree(V) if head_class(name).uses_tree(options) else None
+    need = estimate(cfg, vocab, tree)
     assert need is not None and need["vocab_size"] == V and need["params"] > V * 32  # the output layer alone
 
 

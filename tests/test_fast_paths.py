@@ -7,22 +7,9 @@ import pytest
 import torch
 
 from nplm.data.windows import BatchIndices, Windows
-from nplm.heads import build_head
 from nplm.heads.softmax import SoftmaxNLL
-from nplm.trees.tree import Tree, balanced_nested
 
-from conftest import TOY_FAST
-
-HEADS = {
-    "softmax": ["head=softmax"],
-    "hierarchical": ["head=hierarchical"],
-    "hierarchical-logistic": ["head=hierarchical", "head.node_form=logistic"],
-    "class_based": ["head=class_based"],
-    "class_based-tree": ["head=class_based", "head.classes=tree", "tree=balanced"],
-    "adaptive": ["head=adaptive"],
-    "importance_sampling": ["head=importance_sampling"],
-    "nce": ["head=nce"],
-}
+from conftest import TOY_FAST, build_any_head, head_overrides, head_params
 
 
 def one_epoch(run_train, *overrides) -> dict:
@@ -31,14 +18,14 @@ def one_epoch(run_train, *overrides) -> dict:
 
 
 @pytest.mark.slow  # torch.compile of every head: seconds each
-@pytest.mark.parametrize("head", list(HEADS))
-def test_compile_true_trains_every_head_as_eager_does(run_train, compile_backend, head):
+@pytest.mark.parametrize("name,options", head_params())
+def test_compile_true_trains_every_head_as_eager_does(run_train, compile_backend, name, options):
     """fullgraph=True: a graph break (or a data-dependent branch) fails the run. The capture goes
     through AOT autograd as inductor's does; code generation is left out here to keep the suite
     fast (NPLM_TEST_INDUCTOR=1 compiles with inductor; experiments/bench/gpu_check.py does on a GPU)."""
-    eager = one_epoch(run_train, *HEADS[head])
+    eager = one_epoch(run_train, *head_overrides(name, options))
     torch._dynamo.reset()
-    compiled = one_epoch(run_train, *HEADS[head], "compile=true")
+    compiled = one_epoch(run_train, *head_overrides(name, options), "compile=true")
     assert eager.keys() == compiled.keys() and len(eager) == 2
     for key, value in eager.items():
         assert compiled[key] == pytest.approx(value, rel=1e-4), key
@@ -47,11 +34,13 @@ def test_compile_true_trains_every_head_as_eager_does(run_train, compile_backend
 V, F, B = 37, 16, 64
 
 
-def make(name: str, **options):
-    counts = [int(300 / (r + 1)) for r in range(V)]
-    tree = Tree.from_nested(balanced_nested(list(range(V))), V) if options.get("classes") == "tree" else None
+COUNTS = [int(300 / (r + 1)) for r in range(V)]
+
+
+def any_head(name: str, options: dict):
+    """Head `name` with `options`, over a balanced tree where it uses one."""
     torch.manual_seed(0)
-    return build_head({"name": name, **options}, F, V, counts, tree)
+    return build_any_head(name, options, F, V, COUNTS)
 
 
 @pytest.mark.parametrize("name,options", [("class_based", {}), ("class_based", {"classes": "tree"}),
@@ -59,7 +48,7 @@ def make(name: str, **options):
 def test_static_path_equals_the_grouped_one_with_its_gradient(name, options):
     """The accelerator path (every class/cluster for every row, masked) computes the same NLL and
     gradients as the CPU path that groups the batch."""
-    head = make(name, **options).double()
+    head = any_head(name, options).double()
     f = torch.randn(B, F, dtype=torch.float64, requires_grad=True)
     target = torch.arange(B) % V
     grouped = head.nll(f, target)
@@ -74,21 +63,14 @@ def test_static_path_equals_the_grouped_one_with_its_gradient(name, options):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("name,options", [("softmax", {}), ("hierarchical", {}),
-                                          ("hierarchical", {"node_form": "logistic"}), ("class_based", {}),
-                                          ("adaptive", {}), ("importance_sampling", {}), ("nce", {})])
+@pytest.mark.parametrize("name,options", head_params())
 def test_bf16_autocast_nll_is_finite_and_close_to_float32(name, options):
     """trainer.precision=bf16-mixed is torch.autocast(bfloat16): matmul inputs rounded to 8-bit
     mantissas (relative error 2^-9 each), products summed in float32, log-softmax / log-sigmoid and
     the NLL in float32. With features and weights of order 1 the scores move by about 1% of their
     size, so a token's NLL by a few hundredths of a nat: 0.1 nat per token and 1% on the batch's
     mean NLL leave room for that and catch a head that loses its float32 reductions."""
-    if name == "hierarchical":
-        tree = Tree.from_nested(balanced_nested(list(range(V))), V)
-        torch.manual_seed(0)
-        head = build_head({"name": name, **options}, F, V, None, tree)
-    else:
-        head = make(name, **options)
+    head = any_head(name, options)
     f = torch.randn(B, F, generator=torch.Generator().manual_seed(1))
     target = torch.arange(B) % V
     exact = head.nll(f, target)
@@ -129,15 +111,6 @@ def test_batches_are_gathered_on_the_windows_device():
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (experiments/bench/gpu_check.py)")
-ALL_HEADS = [("softmax", {}), ("hierarchical", {}), ("hierarchical", {"node_form": "logistic"}), ("class_based", {}),
-             ("class_based", {"classes": "tree"}), ("adaptive", {}), ("importance_sampling", {}), ("nce", {})]
-
-
-def any_head(name: str, options: dict):
-    if name == "hierarchical":
-        torch.manual_seed(0)
-        return build_head({"name": name, **options}, F, V, None, Tree.from_nested(balanced_nested(list(range(V))), V))
-    return make(name, **options)
 
 
 @pytest.fixture
@@ -154,7 +127,7 @@ def full_float32_matmuls():
 
 
 @CUDA
-@pytest.mark.parametrize("name,options", ALL_HEADS)
+@pytest.mark.parametrize("name,options", head_params())
 def test_every_head_on_cuda_gives_the_cpu_nll_and_gradient(name, options, full_float32_matmuls):
     cpu = any_head(name, options).eval()
     gpu = any_head(name, options).eval().cuda()
@@ -171,7 +144,7 @@ def test_every_head_on_cuda_gives_the_cpu_nll_and_gradient(name, options, full_f
 
 @CUDA
 @pytest.mark.parametrize("precision", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("name,options", ALL_HEADS)
+@pytest.mark.parametrize("name,options", head_params())
 def test_training_step_of_every_head_never_syncs_on_cuda(name, options, precision):
     """Forward, backward and a fused Adam update with torch.cuda.set_sync_debug_mode("error"): a
     host-device sync anywhere in them raises."""
@@ -179,8 +152,7 @@ def test_training_step_of_every_head_never_syncs_on_cuda(name, options, precisio
     from nplm.optimizers import build_optimizer
 
     model = NPLM(V, NPLMConfig(context_size=3, embed_dim=8, hidden_dim=16)).cuda()
-    head = build_head({"name": name, **options}, model.feature_dim, V, [int(300 / (r + 1)) for r in range(V)],
-                      Tree.from_nested(balanced_nested(list(range(V))), V)).cuda().train()
+    head = build_any_head(name, options, model.feature_dim, V, COUNTS).cuda().train()
     optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
     windows = Windows(torch.randint(0, V, (1000,)), 3).to("cuda")
     batches = list(BatchIndices(len(windows), B, shuffle=True, device="cuda"))

@@ -1,4 +1,6 @@
-"""The class-based, adaptive, importance-sampling and NCE heads against their formulas, computed naively."""
+"""Every registered head (each of its `variants`) against the generic checks: a normalised distribution whose
+entry is the NLL, gradients to every parameter, a tiny batch fitted, unigram counts asked for where its class
+`needs_counts`; and the class-based, adaptive and softmax-scored heads against their formulas, computed naively."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ import torch
 
 from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
-from nplm.heads import build_head
+from nplm.heads import HEADS, build_head, head_class
 from nplm.heads.class_based import WithinClassNLL, frequency_bins, tree_cut
 from nplm.trees.tree import Tree, balanced_nested
 
+from conftest import build_any_head, head_params
+
 V, F, B = 37, 16, 5
-HEADS = ["class_based", "adaptive", "importance_sampling", "nce"]
 
 
 def zipf_counts(V: int = V, seed: int = 0) -> list[int]:
@@ -31,7 +34,7 @@ BY_FREQUENCY = sorted(range(V), key=lambda w: (-COUNTS[w], w))  # word ids, most
 
 def make(name: str, **options):
     torch.manual_seed(0)
-    return build_head({"name": name, **options}, F, V, COUNTS).double()
+    return build_any_head(name, options, F, V, COUNTS).double()
 
 
 def features(n: int = B, seed: int = 1) -> torch.Tensor:
@@ -41,32 +44,48 @@ def features(n: int = B, seed: int = 1) -> torch.Tensor:
 TARGETS = torch.tensor([BY_FREQUENCY[r] for r in (0, 3, 10, 20, 36)])  # one per cluster/class region
 
 
-def naive_log_prob(head, f: torch.Tensor, w: int) -> float:
-    """log P(w | f) from the head's parameters by its paper's formula, one example at a time."""
-    if hasattr(head, "class_out"):  # P(c(w) | f) * exp(y_w) / sum_{w' in c(w)} exp(y_w')
-        c = int(head.class_of[w])
-        s = [float(head.class_out.weight[k] @ f + head.class_out.bias[k]) for k in range(head.num_classes)]
-        members = [u for u in range(V) if int(head.class_of[u]) == c]
-        y = {u: float(head.word_out.weight[head.position[u]] @ f + head.word_out.bias[head.position[u]]) for u in members}
-        return s[c] - math.log(sum(map(math.exp, s))) + y[w] - math.log(sum(math.exp(v) for v in y.values()))
-    if hasattr(head, "adaptive"):  # shortlist softmax, times a tail cluster's softmax
-        a = head.adaptive
-        h = [float(row @ f + b) for row, b in zip(a.head.weight, a.head.bias)]
-        log_head = lambda i: h[i] - math.log(sum(map(math.exp, h)))
-        r, cut = int(head.rank[w]), a.cutoffs
-        if r < cut[0]:
-            return log_head(r)
-        i = max(j for j in range(len(cut) - 1) if cut[j] <= r)
-        proj, out = a.tail[i]
-        t = [float(row @ (proj.weight @ f) + b) for row, b in zip(out.weight, out.bias)]
-        return log_head(cut[0] + i) + t[r - cut[i]] - math.log(sum(map(math.exp, t)))
-    y = [float(head.out.weight[u] @ f + head.out.bias[u]) for u in range(V)]  # full softmax
+def class_based_log_prob(head, f: torch.Tensor, w: int) -> float:
+    """P(c(w) | f) * exp(y_w) / sum_{w' in c(w)} exp(y_w') (Goodman 2001, Mikolov et al. 2011)."""
+    c = int(head.class_of[w])
+    s = [float(head.class_out.weight[k] @ f + head.class_out.bias[k]) for k in range(head.num_classes)]
+    members = [u for u in range(V) if int(head.class_of[u]) == c]
+    y = {u: float(head.word_out.weight[head.position[u]] @ f + head.word_out.bias[head.position[u]]) for u in members}
+    return s[c] - math.log(sum(map(math.exp, s))) + y[w] - math.log(sum(math.exp(v) for v in y.values()))
+
+
+def adaptive_log_prob(head, f: torch.Tensor, w: int) -> float:
+    """The shortlist softmax, times a tail cluster's softmax (Grave et al. 2017)."""
+    a = head.adaptive
+    h = [float(row @ f + b) for row, b in zip(a.head.weight, a.head.bias)]
+    log_head = lambda i: h[i] - math.log(sum(map(math.exp, h)))
+    r, cut = int(head.rank[w]), a.cutoffs
+    if r < cut[0]:
+        return log_head(r)
+    i = max(j for j in range(len(cut) - 1) if cut[j] <= r)
+    proj, out = a.tail[i]
+    t = [float(row @ (proj.weight @ f) + b) for row, b in zip(out.weight, out.bias)]
+    return log_head(cut[0] + i) + t[r - cut[i]] - math.log(sum(map(math.exp, t)))
+
+
+def softmax_log_prob(head, f: torch.Tensor, w: int) -> float:
+    """The full softmax over y = W f + b (Bengio et al. 2003, eq. 1)."""
+    y = [float(head.out.weight[u] @ f + head.out.bias[u]) for u in range(V)]
     return y[w] - math.log(sum(map(math.exp, y)))
 
 
-@pytest.mark.parametrize("name", HEADS)
-def test_log_probs_normalised_and_nll_is_its_entry(name):
-    head = make(name).eval()
+# log P(w | f) from a head's parameters by its paper's formula, one example at a time (hierarchical:
+# tests/test_hierarchical.py); a head without one here is still put through every generic check below
+NAIVE = {"class_based": class_based_log_prob, "adaptive": adaptive_log_prob, "softmax": softmax_log_prob,
+         "importance_sampling": softmax_log_prob, "nce": softmax_log_prob}
+
+
+def test_every_formula_is_of_a_registered_head():
+    assert set(NAIVE) <= set(HEADS.names())
+
+
+@pytest.mark.parametrize("name,options", head_params())
+def test_log_probs_normalised_and_nll_is_its_entry(name, options):
+    head = make(name, **options).eval()
     f = features()
     log_p = head.log_probs(f)  # [B, V]
     assert log_p.shape == (B, V)
@@ -77,7 +96,7 @@ def test_log_probs_normalised_and_nll_is_its_entry(name):
     assert one.shape == (1,) and abs(one.item() + log_p[0, TARGETS[0]].item()) < 1e-10
 
 
-@pytest.mark.parametrize("name", HEADS)
+@pytest.mark.parametrize("name", NAIVE)
 def test_vectorised_code_matches_a_naive_loop_over_the_formula(name):
     head = make(name).eval()
     f = features(3)
@@ -86,13 +105,13 @@ def test_vectorised_code_matches_a_naive_loop_over_the_formula(name):
             if pname.endswith("bias"):  # zero-initialised biases would not show a formula that forgets them
                 p.normal_(generator=torch.Generator().manual_seed(3))
         log_p = head.log_probs(f)
-        naive = torch.tensor([[naive_log_prob(head, f[i], w) for w in range(V)] for i in range(3)], dtype=torch.float64)
+        naive = torch.tensor([[NAIVE[name](head, f[i], w) for w in range(V)] for i in range(3)], dtype=torch.float64)
     torch.testing.assert_close(log_p, naive, atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("name", HEADS)
-def test_gradients_reach_every_parameter(name):
-    head = make(name).train()
+@pytest.mark.parametrize("name,options", head_params())
+def test_gradients_reach_every_parameter(name, options):
+    head = make(name, **options).train()
     f = features().requires_grad_()
     (head.loss(f, TARGETS).sum() + head.nll(f, TARGETS).sum()).backward()
     assert f.grad.abs().sum().item() > 0
@@ -100,9 +119,11 @@ def test_gradients_reach_every_parameter(name):
         assert p.grad is not None and p.grad.abs().sum().item() > 0, pname
 
 
-@pytest.mark.parametrize("name", HEADS)
-def test_adam_fits_a_tiny_batch(name):
-    head = make(name, **({"div_value": 2.0} if name == "adaptive" else {})).train()  # 16 // 4^2 = 1 dim is too few
+@pytest.mark.parametrize("name,options", head_params())
+def test_adam_fits_a_tiny_batch(name, options):
+    if name == "adaptive":
+        options = {**options, "div_value": 2.0}  # 16 // 4^2 = 1 dim is too few
+    head = make(name, **options).train()
     f = features(16, seed=2)
     t = torch.tensor([BY_FREQUENCY[r] for r in range(0, 32, 2)])
     before = head.nll(f, t).mean().item()
@@ -160,7 +181,7 @@ def test_class_based_head_on_tree_classes_matches_its_formula():
     f = features()
     nll = head.nll(f, TARGETS)
     for i, t in enumerate(TARGETS.tolist()):
-        assert abs(-nll[i].item() - naive_log_prob(head, f[i], t)) < 1e-10
+        assert abs(-nll[i].item() - class_based_log_prob(head, f[i], t)) < 1e-10
     torch.testing.assert_close(head.log_probs(f).exp().sum(1), torch.ones(B, dtype=torch.float64))
 
 
@@ -231,10 +252,15 @@ def test_options_this_vocabulary_cannot_take_are_one_line_user_errors(name, opti
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("name", HEADS)
-def test_missing_counts_are_refused(name):
-    with pytest.raises(UserError, match=f"head={name} needs training unigram counts for all 37 words, got None"):
-        build_head({"name": name}, F, V, None)
+@pytest.mark.parametrize("name,options", [*head_params(), ("hierarchical", {"node_init": "unigram"})])
+def test_missing_counts_are_refused_where_the_head_needs_them(name, options):
+    """build_head asks the class (`needs_counts`): a head that needs the unigram counts is refused without
+    them, in one line; one that does not is built without."""
+    if not head_class(name).needs_counts(options):
+        assert make(name, **options) is not None
+        return
+    with pytest.raises(UserError, match=f"^head={name} needs training unigram counts for all 37 words, got None$"):
+        build_any_head(name, options, F, V, None)
 
 
 @pytest.mark.parametrize("cutoffs,kept", [([5, 37], [5]), ([5, 36, 40], [5, 36]), ([20000, 40000], [2, 9])])

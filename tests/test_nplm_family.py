@@ -10,11 +10,12 @@ import torch
 
 from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
-from nplm.heads import build_head
+from nplm.heads import HEADS, build_head, head_class
 from nplm.models import build_model
 from nplm.models.lbl import LBL, LBLConfig
 from nplm.models.modern import ModernConfig, ModernNPLM
-from nplm.trees.tree import Tree, balanced_nested
+
+from conftest import build_any_head, head_params
 
 V, B = 23, 6
 COUNTS = [int(100 / (r + 1)) for r in range(V)]
@@ -126,11 +127,11 @@ def test_contradicting_keys_are_refused_before_training(values, message):
 
 
 # -- tying, for every head ---------------------------------------------------------------------------------
-TYING_HEADS = [("softmax", {}), ("importance_sampling", {"num_samples": 5}), ("nce", {"num_samples": 5}),
-               ("adaptive", {"cutoffs": [3, 9], "div_value": 2.0})]
+# every head whose class `can_tie`; the adaptive head's checks below read these cutoffs
+ADAPTIVE = {"cutoffs": [3, 9], "div_value": 2.0}
 
 
-@pytest.mark.parametrize("name,options", TYING_HEADS)
+@pytest.mark.parametrize("name,options", [p for p in head_params() if head_class(p.values[0]).can_tie])
 def test_tied_heads_score_every_word_with_the_models_table(name, options):
     """Every word's output vector is a row of the model's table: log P(w | f) comes from E[w] . f and
     the head's own biases (and the adaptive head's cluster rows), normalised; both sides' gradients
@@ -138,8 +139,8 @@ def test_tied_heads_score_every_word_with_the_models_table(name, options):
     torch.manual_seed(0)
     model = build_model({"name": "modern", "context_size": 5, "window": 3, "summaries": 1, "embed_dim": 8,
                          "hidden_dim": 8, "num_layers": 1}, V).double()
-    head = build_head({"name": name, **options}, model.feature_dim, V, COUNTS,
-                      tie_to=model.output_embeddings()).double()
+    options = {**options, **ADAPTIVE} if name == "adaptive" else options
+    head = build_any_head(name, options, model.feature_dim, V, COUNTS, tie_to=model.output_embeddings()).double()
     E = model.E.weight
     assert any(p is E for p in head.parameters())
     f = torch.randn(B, 8, dtype=torch.float64)
@@ -159,15 +160,14 @@ def test_tied_heads_score_every_word_with_the_models_table(name, options):
     assert E.grad is not None and E.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", ["hierarchical", "class_based"])
-def test_heads_without_a_vector_per_word_refuse_to_tie(name):
+@pytest.mark.parametrize("name,options", [p for p in head_params() if not head_class(p.values[0]).can_tie])
+def test_heads_without_a_vector_per_word_refuse_to_tie(name, options):
     model = build_model({"name": "lbl", "context_size": 2, "embed_dim": 8, "tie_embeddings": True}, V)
-    tree = Tree.from_nested(balanced_nested(list(range(V))), V)
-    with pytest.raises(UserError, match=rf"model.tie_embeddings=true: head={name} has no output vector per word"
-                                        r".*set model.tie_embeddings=auto \(ties where the head can\) or false, "
-                                        r"or use head=adaptive\|importance_sampling"
-                                        r"\|nce\|softmax"):
-        build_head({"name": name}, model.feature_dim, V, COUNTS, tree, tie_to=model.output_embeddings())
+    can = r"\|".join(n for n in HEADS.names() if head_class(n).can_tie)  # adaptive|importance_sampling|nce|softmax
+    with pytest.raises(UserError, match=rf"^model.tie_embeddings=true: head={name} has no output vector per word"
+                                        rf".*set model.tie_embeddings=auto \(ties where the head can\) or false, "
+                                        rf"or use head={can}$"):
+        build_any_head(name, options, model.feature_dim, V, COUNTS, tie_to=model.output_embeddings())
 
 
 # -- NCE -----------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ checkpoints, and a sweep `-m model=nplm,lbl,modern` comes out as one nplm-compar
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -17,49 +16,53 @@ from nplm.cli.compare import main as compare
 from nplm.cli.evaluate import evaluate
 from nplm.cli.generate import generate
 from nplm.cli.predict import predict
+from nplm.heads import head_class
 from nplm.inference.mixture import mix
+from nplm.models import MODELS
 from nplm.training.checkpoint import load_model
+
+from conftest import head_id, head_overrides, head_variants
 
 TOY = ["corpus=toy", "data.batch_size=32", "optimizer.lr=0.01"]
 UNIFORM = 42  # the toy vocabulary: a model no better than uniform has perplexity 42
-MODELS = {
-    "nplm": ["model=nplm", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16"],
-    "lbl": ["model=lbl", "model.context_size=3", "model.embed_dim=16"],
-    "modern": ["model=modern", "model.context_size=6", "model.window=3", "model.summaries=1", "model.embed_dim=16",
+# smaller than the models' defaults, for the toy corpus; a model not named here trains with its defaults
+SMALL = {
+    "nplm": ["model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16"],
+    "lbl": ["model.context_size=3", "model.embed_dim=16"],
+    "modern": ["model.context_size=6", "model.window=3", "model.summaries=1", "model.embed_dim=16",
                "model.hidden_dim=32", "model.num_layers=2"],
 }
-HEADS = {
-    "softmax": ["head=softmax"],
-    "hierarchical": ["head=hierarchical"],
-    "hierarchical-logistic": ["head=hierarchical", "head.node_form=logistic"],  # with model=lbl: HLBL
-    "class_based": ["head=class_based"],
-    "adaptive": ["head=adaptive"],
-    "importance_sampling": ["head=importance_sampling", "head.num_samples=20"],
-    "nce": ["head=nce", "head.num_samples=10"],
-}
+HLBL = ("hierarchical", {"node_form": "logistic"})
 
 
-def pair(model: str, head: str) -> list[str]:
+def model_overrides(model: str) -> list[str]:
+    return [f"model={model}", *SMALL.get(model, [])]
+
+
+def pair(model: str, head: str, options: dict | None = None) -> list[str]:
     """The overrides of a model x head pair; the modern NPLM ties its output vectors (its default,
     tie_embeddings=auto) where the head has one per word (its class's `can_tie`), the LBL too when asked
     to (auto: here, to train that path too)."""
     tie = ["model.tie_embeddings=auto"] if model == "lbl" else []
-    return [*TOY, *MODELS[model], *HEADS[head], *tie]
+    return [*TOY, *model_overrides(model), *head_overrides(head, options or {}), *tie]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,head", list(itertools.product(MODELS, HEADS)))
-def test_every_model_trains_with_every_head(run_train, model, head):
+@pytest.mark.parametrize("model,head,options", [
+    pytest.param(model, name, options, id=f"{model}-{head_id(name, options)}")
+    for model in MODELS.names() for name, options in head_variants()])
+def test_every_model_trains_with_every_head(run_train, model, head, options):
     """Three epochs of four batches: finite perplexities, and every head's exact validation perplexity
-    (the training loss of importance sampling and NCE is not, their evaluation is) beats uniform."""
-    metrics = run_train(*pair(model, head), "trainer.max_epochs=3")
+    (the training loss of a sampling head, importance sampling and NCE, is not, their evaluation is) beats
+    uniform."""
+    metrics = run_train(*pair(model, head, options), "trainer.max_epochs=3")
     ppl = {k: v for k, v in metrics.items() if "ppl" in k}
     assert {"val/ppl", "test/ppl"} <= ppl.keys() and all(torch.isfinite(torch.tensor(v)) for v in ppl.values()), ppl
-    assert ("train/ppl_sampled" in ppl) == (head in ("importance_sampling", "nce"))
+    assert ("train/ppl_sampled" in ppl) == (not head_class(head).exact_training_loss)
     assert metrics["val/ppl"] < UNIFORM, ppl
 
 
-COMPILED = [("lbl", "softmax"), ("lbl", "nce"), ("modern", "adaptive"), ("modern", "hierarchical-logistic")]
+COMPILED = [("lbl", "softmax", {}), ("lbl", "nce", {}), ("modern", "adaptive", {}), ("modern", *HLBL)]
 
 
 def one_epoch(run_train, *overrides) -> dict:
@@ -68,13 +71,13 @@ def one_epoch(run_train, *overrides) -> dict:
 
 
 @pytest.mark.slow  # 5-15 s a pair: the compiled run trains for real
-@pytest.mark.parametrize("model,head", COMPILED)
-def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, head):
+@pytest.mark.parametrize("model,head,options", COMPILED)
+def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, head, options):
     """fullgraph=True through AOT autograd (tests/test_fast_paths.py): the same perplexities as eager,
     dropout included (the modern NPLM's 0.2)."""
-    eager = one_epoch(run_train, *pair(model, head))
+    eager = one_epoch(run_train, *pair(model, head, options))
     torch._dynamo.reset()
-    compiled = one_epoch(run_train, *pair(model, head), "compile=true")
+    compiled = one_epoch(run_train, *pair(model, head, options), "compile=true")
     assert eager.keys() == compiled.keys() and len(eager) == 2
     for key, value in eager.items():
         assert compiled[key] == pytest.approx(value, rel=1e-4), key
@@ -95,7 +98,7 @@ def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, mo
     input_embeddings, context_size): a tied checkpoint reloads, and predicts the toy corpus's
     continuation once trained."""
     extra = ["model.tie_embeddings=true"] if model == "lbl" else ["model.dropout=0.0"]
-    run_train(*TOY, *MODELS[model], "head=softmax", *extra, "trainer.max_epochs=40")
+    run_train(*TOY, *model_overrides(model), "head=softmax", *extra, "trainer.max_epochs=40")
     ckpt = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
     module = load_model(ckpt)
     assert module.head.out.weight is module.model.output_embeddings()  # tied again after loading
@@ -115,8 +118,9 @@ def test_hlbl_on_a_learned_multi_code_tree_from_the_lbls_predicted_representatio
     """Mnih & Hinton (2009): a first HLBL on a random tree, its predicted representations r_hat averaged
     per word, a tree of recursive mixtures on them (ADAPTIVE(eps) x2: several codes per word), a second
     HLBL trained on it; `predicted_word_vectors` reads any model's features."""
-    metrics = run_train(*TOY, *MODELS["lbl"], *HEADS["hierarchical-logistic"], "tree=learned", "tree.bootstrap=random",
-                        "tree.bootstrap_epochs=2", "tree.runs=2", "tree.eps=0.2", "trainer.max_epochs=3")
+    metrics = run_train(*TOY, *model_overrides("lbl"), "head=hierarchical", "head.node_form=logistic", "tree=learned",
+                        "tree.bootstrap=random", "tree.bootstrap_epochs=2", "tree.runs=2", "tree.eps=0.2",
+                        "trainer.max_epochs=3")
     tree = json.loads((tmp_path / "run" / "metrics.json").read_text())["tree"]
     assert tree["kind"] == "learned" and tree["codes_per_word"] > 1
     assert metrics["val/ppl"] < UNIFORM

@@ -13,7 +13,8 @@ from nplm.errors import UserError
 from nplm.heads.hierarchical import NODE_FORMS, HierarchicalHead
 from nplm.trees import Tree, build_tree
 
-from test_trees import CONF_TREE, family_vectors, make_ctx, make_wordnet, nltk_path, two_languages  # noqa: F401
+from test_trees import (CONF_TREE, family_vectors, make_ctx, make_wordnet, nltk_path,  # noqa: F401
+                        trees_built_from_their_yaml, two_languages)
 
 # One 4-word tree numbered out of breadth-first order, as a hand-written tree.json may be. In the first,
 # children come after their parent but the root's right child is node 1 (Tree.validate accepted it, and
@@ -34,7 +35,7 @@ def assert_one_distribution(tree: Tree) -> None:
         assert torch.allclose(head.nll(features, target), -log_probs[target, target], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["balanced", "random", "huffman", "brown", "wordnet", "learned"])
+@pytest.mark.parametrize("name", trees_built_from_their_yaml())
 def test_every_builder_gives_one_distribution(name, tmp_path, nltk_path):  # noqa: F811
     cfg = OmegaConf.to_container(OmegaConf.load(CONF_TREE / f"{name}.yaml"))
     ctx = make_ctx(two_languages(), 13, embeddings=family_vectors())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from nplm.config.registry import Registry
 from nplm.errors import UserError
-from nplm.heads.base import Head
+from nplm.heads.base import Head, require_counts
 
 HEADS = Registry("head", __name__)
 register_head = HEADS.register
@@ -37,6 +37,8 @@ def build_head(cfg: dict, feature_dim: int, vocab_size: int, counts: list[int] |
     cls = head_class(name)
     if tie_to is not None and not cls.can_tie:
         raise UserError(tie_refusal(name))
+    if cls.needs_counts(options):
+        require_counts(name, counts, vocab_size)
     head = cls.from_config(options, feature_dim=feature_dim, vocab_size=vocab_size, counts=counts, tree=tree)
     if tie_to is not None:
         head.tie_output_embeddings(tie_to)

@@ -61,7 +61,7 @@ from torch import nn
 from nplm.errors import UserError
 from nplm.config.rules import Float, IntList
 from nplm.heads import register_head
-from nplm.heads.base import Head, tie_checked, wide, require_counts
+from nplm.heads.base import Head, tie_checked, wide
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,12 @@ def tails_problem(div_value: float, tails: int, feature_dim: int) -> str | None:
     "cutoffs": IntList(1, nullable=True, doc="word-count boundaries of the clusters (null: from the counts)"),
     "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower")})
 class AdaptiveHead(Head):
+    avoids_full_scores = True  # the shortlist's and the target's tail cluster's scores only
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
+        return True  # words ranked by frequency into the shortlist and tail clusters
+
     @classmethod
     def features_problem(cls, options: dict, feature_dim: int) -> str | None:
         # (cutoffs null: chosen from the vocabulary, at least one tail)
@@ -284,5 +290,4 @@ class AdaptiveHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "AdaptiveHead":
-        require_counts("adaptive", counts, vocab_size)
         return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0))

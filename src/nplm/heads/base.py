@@ -75,8 +75,10 @@ class Head(nn.Module):
       trains on an approximation (sampling), which then sets `exact_training_loss = False`.
 
     `uses_tree(options)`: whether the head, with these `head` options, needs an `nplm.trees.Tree`
-    (config group `tree`). The schema's rules across groups (`nplm.config.schema`) read `uses_tree`,
-    `can_tie` and `has_predicted_representation` of the head a config names.
+    (config group `tree`); `needs_counts(options)`: whether it needs the training split's unigram
+    counts (`nplm.heads.build_head` refuses it none). The schema's rules across groups
+    (`nplm.config.schema`) read `uses_tree`, `can_tie` and `has_predicted_representation` of the head a
+    config names.
     """
 
     exact_training_loss = True
@@ -86,9 +88,18 @@ class Head(nn.Module):
     # Whether the head scores a "predicted representation" of the context (`predicted_representation`):
     # the vectors tree=learned clusters (Mnih & Hinton 2009)
     has_predicted_representation = False
+    # Option sets that take different code paths, for the conformance tests over every head
+    # (tests/conftest.py's `head_variants`): each is put through every generic check
+    variants: tuple[dict, ...] = ({},)
+    # Whether training forms no [B, |V|] tensor (tests/test_large_vocab.py checks it, both ways)
+    avoids_full_scores = False
 
     @classmethod
     def uses_tree(cls, options) -> bool:
+        return False
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
         return False
 
     @classmethod

@@ -35,7 +35,7 @@ from torch import nn
 from nplm.errors import UserError
 from nplm.config.rules import Choice, Int
 from nplm.heads import register_head
-from nplm.heads.base import Head, wide, require_counts, require_tree
+from nplm.heads.base import Head, wide, require_tree
 from nplm.heads.softmax import SoftmaxNLL
 from nplm.trees.tree import Tree
 
@@ -136,9 +136,16 @@ class WithinClassNLL(torch.autograd.Function):
     "num_classes": Int(1, nullable=True, doc="classes K (null: about sqrt(V))"),
     "classes": Choice(options=CLASSES, doc="frequency bins, or the top subtrees of the tree group's tree")})
 class ClassBasedHead(Head):
+    variants = ({}, {"classes": "tree"})
+    avoids_full_scores = True  # one block of word scores per class present in the batch
+
     @classmethod
     def uses_tree(cls, options) -> bool:
         return options.get("classes") == "tree"
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
+        return True
 
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_classes: int | None = None,
                  tree: Tree | None = None):
@@ -189,7 +196,6 @@ class ClassBasedHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "ClassBasedHead":
-        require_counts("class_based", counts, vocab_size)
         K = options.get("num_classes")
         if K is not None and K > vocab_size:
             raise UserError(f"head.num_classes={K!r} must be an integer from 1 to the vocabulary size "

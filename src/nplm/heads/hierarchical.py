@@ -54,10 +54,16 @@ EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 
                        "(lazy Adam), as model.sparse_embeddings for C; pays at large |V|")})
 class HierarchicalHead(Head):
     has_predicted_representation = True  # `predicted_representation`: what tree=learned clusters
+    variants = ({}, {"node_form": "logistic"})
+    avoids_full_scores = True  # the nodes on each target's path only
 
     @classmethod
     def uses_tree(cls, options) -> bool:
         return True
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
+        return options.get("node_init") == "unigram"  # the node biases: log-odds of the unigram split
 
     def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
                  node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "random",
@@ -66,23 +72,24 @@ class HierarchicalHead(Head):
         self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
         self.sparse = sparse  # row-sparse gradients of the per-node parameters (q, b / N, alpha)
         I = len(tree.children)
-        nodes, codes, lengths = tree.paths()
-        self.register_buffer("path_nodes", nodes, persistent=False)  # [L, D], per leaf (= per word in a plain tree)
-        self.register_buffer("path_signs", codes.float() * 2 - 1, persistent=False)  # [L, D], +1 = right
-        self.register_buffer("path_mask", torch.arange(nodes.shape[1]) < lengths[:, None], persistent=False)
-        self.multi_code = tree.leaf_words is not None
-        if self.multi_code:  # each word's leaves [V, K], padded with leaf 0 and masked out
-            self._ranks = tree.code_ranks()
-            K = len(self._ranks)
-            leaves = torch.zeros(tree.vocab_size, K, dtype=torch.long)
-            mask = torch.zeros(tree.vocab_size, K, dtype=torch.bool)
-            for r, (rank_leaves, rank_words) in enumerate(self._ranks):
-                leaves[rank_words, r], mask[rank_words, r] = rank_leaves, True
-            self.register_buffer("word_leaves", leaves, persistent=False)  # [V, K]
-            self.register_buffer("word_leaf_mask", mask, persistent=False)  # [V, K]
-        self._levels = _level_plan(tree)
-        K = self.word_leaves.shape[1] if self.multi_code else 1
-        self.compact_on_cpu = nodes.shape[1] * K > COMPACT_WASTE * lengths.sum().item() / tree.vocab_size
+        with torch.device("cpu"):  # the paths' index tables: real tensors under the memory estimate's meta device too
+            nodes, codes, lengths = tree.paths()
+            self.register_buffer("path_nodes", nodes, persistent=False)  # [L, D], per leaf (= word in a plain tree)
+            self.register_buffer("path_signs", codes.float() * 2 - 1, persistent=False)  # [L, D], +1 = right
+            self.register_buffer("path_mask", torch.arange(nodes.shape[1]) < lengths[:, None], persistent=False)
+            self.multi_code = tree.leaf_words is not None
+            if self.multi_code:  # each word's leaves [V, K], padded with leaf 0 and masked out
+                self._ranks = tree.code_ranks()
+                K = len(self._ranks)
+                leaves = torch.zeros(tree.vocab_size, K, dtype=torch.long)
+                mask = torch.zeros(tree.vocab_size, K, dtype=torch.bool)
+                for r, (rank_leaves, rank_words) in enumerate(self._ranks):
+                    leaves[rank_words, r], mask[rank_words, r] = rank_leaves, True
+                self.register_buffer("word_leaves", leaves, persistent=False)  # [V, K]
+                self.register_buffer("word_leaf_mask", mask, persistent=False)  # [V, K]
+            self._levels = _level_plan(tree)
+            K = self.word_leaves.shape[1] if self.multi_code else 1
+            self.compact_on_cpu = nodes.shape[1] * K > COMPACT_WASTE * lengths.sum().item() / tree.vocab_size
         if node_form == "logistic":
             self.q = nn.Parameter(torch.randn(I, feature_dim) * feature_dim ** -0.5)  # [I, F]
             self.b = nn.Parameter(torch.zeros(I))
@@ -96,7 +103,7 @@ class HierarchicalHead(Head):
             if node_init in ("zero", "unigram"):  # word2vec's node vectors: the features do not count yet
                 (self.q if node_form == "logistic" else self.N).zero_()
             if node_init == "unigram":
-                require_counts("head=hierarchical head.node_init=unigram", counts, tree.vocab_size)
+                require_counts("hierarchical", counts, tree.vocab_size)  # built directly, not by build_head
                 (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
 
     @classmethod

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from nplm.config.rules import Bool, Float, Int
-from nplm.heads.base import Head, require_counts, rows, tie_checked, wide
+from nplm.heads.base import Head, rows, tie_checked, wide
 from nplm.heads.softmax import SoftmaxNLL
 
 
@@ -39,6 +39,12 @@ class SampledSoftmaxHead(Head):
     exact_training_loss = False
     can_tie = True  # the rows of self.out.weight: one output vector per word
     default_samples = 100
+    avoids_full_scores = True  # the target's and the k samples' scores only
+
+    @classmethod
+    def needs_counts(cls, options) -> bool:
+        return True  # the proposal / noise distribution: the unigram distribution (to a power)
+
     option_name: str  # set by `register_head`
 
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], num_samples: int,
@@ -90,6 +96,5 @@ class SampledSoftmaxHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "Head":
-        require_counts(cls.option_name, counts, vocab_size)
         return cls(feature_dim, vocab_size, counts, options.get("num_samples", cls.default_samples),
                    float(options.get("proposal_power", 1.0)), bool(options.get("sparse", False)))
