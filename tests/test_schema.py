@@ -67,7 +67,7 @@ def test_every_shipped_config_and_option_passes(tmp_path):
     for group in ("corpus", "model", "head", "tree", "optimizer", "trainer", "logger", "debug"):
         for option in options(group):
             extra = ["tree.path=t.json"] if option == "file" else ["corpus.train=a", "corpus.valid=b"] \
-                if option == "text_files" else []
+                if option == "text_files" else ["corpus.dataset=wikitext"] if option == "hf" else []
             if (group, option) == ("trainer", "gpu"):
                 continue  # refused without a GPU: test_bad_input
             validate(compose_cfg(tmp_path, f"{group}={option}", *extra))
