@@ -41,6 +41,8 @@ def _compose(tmp_path, group, option) -> dict:
         overrides.append("tree.path=tree.json")
     if group == "corpus" and option == "text_files":
         overrides += ["corpus.train=a.txt", "corpus.valid=b.txt"]
+    if group == "corpus" and option == "hf":
+        overrides.append("corpus.dataset=wikitext")
     return OmegaConf.to_container(compose_cfg(tmp_path, *overrides), resolve=True)
 
 
