@@ -66,11 +66,12 @@ def test_a_local_folder_of_data_files_goes_through_load_dataset_offline(tmp_path
     assert record["corpus"]["train_tokens"] == 4 * (20 + 5) and record["corpus"]["vocab_size"] == 12
 
 
-def test_a_subword_vocabulary_over_a_saved_dataset(saved, tmp_path):
+def test_a_subword_vocabulary_and_no_test_split(saved, tmp_path):
     train(compose_cfg(tmp_path, "corpus=hf", f"corpus.dataset={saved}", "corpus.tokenizer=unigram",
-                      "corpus.vocab_size=30", *SMALL))
+                      "corpus.vocab_size=30", "corpus.test_split=null", *SMALL))
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "finished" and record["corpus"]["vocab_size"] <= 30
+    assert "test_tokens" not in record["corpus"] and len(record["data_files"]) == 2
 
 
 def expect_error(tmp_path, message: str, *overrides: str) -> None:
@@ -87,8 +88,12 @@ def test_a_wrong_column_or_split_is_one_line(saved, tmp_path):
                  "text", f"corpus.dataset={saved}", "corpus.text_column=label")
     expect_error(tmp_path, f"corpus.valid_split=dev: {saved} has no such split; its splits: train, validation, "
                  "test; set corpus.valid_split to one of them", f"corpus.dataset={saved}", "corpus.valid_split=dev")
-    expect_error(tmp_path, f"corpus.dataset={tmp_path / 'nowhere'}: no such folder ({tmp_path / 'nowhere'}); "
-                 "give a save_to_disk folder or a Hugging Face Hub dataset name", f"corpus.dataset={tmp_path / 'nowhere'}")
+    expect_error(tmp_path, f"corpus.test_split=heldout: {saved} has no such split; its splits: train, validation, "
+                 "test; set corpus.test_split to one of them (or null: no test split)", f"corpus.dataset={saved}",
+                 "corpus.test_split=heldout")
+    nowhere = tmp_path / "nowhere"
+    expect_error(tmp_path, f"corpus.dataset={nowhere}: no such folder ({nowhere}); give a save_to_disk folder or a "
+                 "Hugging Face Hub dataset name", f"corpus.dataset={nowhere}")
 
 
 def test_without_the_datasets_package_corpus_hf_names_the_extra(saved, tmp_path, monkeypatch):
