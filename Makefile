@@ -22,7 +22,7 @@ CONSTRAINTS := -c $(abspath constraints.txt)
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) torch
-	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e ".[test,sweep]"
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e ".[test,sweep,hf]"
 	touch $@
 
 train: install

@@ -250,7 +250,7 @@ def errors(result) -> list[str]:
                              "context_size, direct, dropout, embed_dim, hidden_dim, layer_norm, name, num_layers, "
                              "residual, sparse_embeddings, summaries, tie_embeddings, window"),  # of any model
     (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_bengio2003, brown_gpt2, "
-                           "brown_morin2005, ptb, text_files, tiny_shakespeare, tiny_shakespeare_heldout, toy, "
+                           "brown_morin2005, hf, ptb, text_files, tiny_shakespeare, tiny_shakespeare_heldout, toy, "
                            "wikitext103, wikitext2"),
     # a key of another option of the group (Hydra alone says so in five lines, exit 1)
     (["head.node_dim=4"], "head.node_dim=4: not a key of head=softmax; it is a key of head=hierarchical: "

@@ -41,6 +41,8 @@ def _compose(tmp_path, group, option) -> dict:
         overrides.append("tree.path=tree.json")
     if group == "corpus" and option == "text_files":
         overrides += ["corpus.train=a.txt", "corpus.valid=b.txt"]
+    if group == "corpus" and option == "hf":
+        overrides.append("corpus.dataset=wikitext")
     return OmegaConf.to_container(compose_cfg(tmp_path, *overrides), resolve=True)
 
 
@@ -67,7 +69,7 @@ def test_every_shipped_config_and_option_passes(tmp_path):
     for group in ("corpus", "model", "head", "tree", "optimizer", "trainer", "logger", "debug"):
         for option in options(group):
             extra = ["tree.path=t.json"] if option == "file" else ["corpus.train=a", "corpus.valid=b"] \
-                if option == "text_files" else []
+                if option == "text_files" else ["corpus.dataset=wikitext"] if option == "hf" else []
             if (group, option) == ("trainer", "gpu"):
                 continue  # refused without a GPU: test_bad_input
             validate(compose_cfg(tmp_path, f"{group}={option}", *extra))
