@@ -7,7 +7,9 @@ ids) and computes the summaries as a convolution (`ModernNPLM.block_features`). 
 burst of load on a shared machine hits both alike); the median tokens/s of each and their ratio.
 
     python experiments/bench/blocks.py [--context 128] [--window 15] [--summaries 5] [--dim 128] [--hidden 512]
-        [--layers 4] [--blocks 4] [--block-size 128] [--rounds 7] [--steps 5] [--device cpu]
+        [--layers 4] [--blocks 4] [--block-size 128] [--rounds 7] [--steps 5] [--threads 1] [--device cpu]
+
+Its output, for k = 128 and 511 on this repo's 2-core CPU machine: experiments/bench/blocks.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 import torch
 
 from nplm.models import build_model
+from provenance import stamp
 
 
 def seconds(step, steps: int, device: torch.device) -> float:
@@ -38,10 +41,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, default in (("context", 128), ("window", 15), ("summaries", 5), ("dim", 128), ("hidden", 512),
                           ("layers", 4), ("blocks", 4), ("block-size", 128), ("rounds", 7), ("steps", 5),
-                          ("vocab", 10000)):
+                          ("vocab", 10000), ("threads", 0)):
         parser.add_argument(f"--{flag}", type=int, default=default)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     k, T, B = args.context, args.block_size, args.blocks
     model = build_model({"name": "modern", "context_size": k, "window": args.window, "summaries": args.summaries,
@@ -64,6 +69,7 @@ def main() -> None:
         rates["windows"].append(tokens / seconds(window_step, args.steps, device))
         rates["blocks"].append(tokens / seconds(block_step, args.steps, device))
     median = {mode: statistics.median(r) for mode, r in rates.items()}
+    print(stamp())
     print(f"modern NPLM k={k} w={args.window} g={args.summaries} d={args.dim} hidden={args.hidden} "
           f"L={args.layers}, {B} blocks of {T} tokens, {device} ({torch.get_num_threads()} threads)")
     for mode, r in rates.items():
