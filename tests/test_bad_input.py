@@ -247,7 +247,7 @@ def errors(result) -> list[str]:
                              "order, tokenizer, unk, vocab_from, vocab_size"),
     # refused before Hydra starts: no config has the key or the option
     (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: activation, context_matrices, "
-                             "context_size, direct, dropout, embed_dim, hidden_dim, layer_norm, name, num_layers, "
+                             "context_size, direct, dropout, embed_dim, first_hidden_dim, hidden_dim, layer_norm, name, num_layers, "
                              "residual, sparse_embeddings, summaries, tie_embeddings, window"),  # of any model
     (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_bengio2003, brown_gpt2, "
                            "brown_morin2005, hf, ptb, text_files, tiny_shakespeare, tiny_shakespeare_heldout, toy, "
