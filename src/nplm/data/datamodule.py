@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -103,9 +104,14 @@ class LMDataModule(pl.LightningDataModule):
             self.files, contiguous = text.files, text.contiguous
             texts = {s: render(getattr(text, s), JOINERS[text.tokenizer]) for s in SPLITS}
             if cfg.get("tokenizer") is not None:  # a learned subword vocabulary: trained on the training text
+                start = time.perf_counter()
                 subword = self.vocab.subword if self.vocab is not None else Subwords.train(
                     cfg["tokenizer"], int(cfg["vocab_size"]), lambda: lines_of(texts["train"]), text.tokenizer)
+                trained = time.perf_counter()
                 encoded = {s: torch.tensor(subword.encode(texts[s]), dtype=torch.long) for s in SPLITS}
+                log.info("corpus %s: a %s vocabulary of %d pieces %s in %.1f s, the splits encoded in %.1f s",
+                         cfg["name"], cfg["tokenizer"], len(subword.tokens), "read" if self.vocab is not None else "trained",
+                         trained - start, time.perf_counter() - trained)
                 if built_here:
                     self.vocab = Vocabulary.of_subwords(subword, encoded["train"])
                 streams = ((s, encoded[s], len(encoded[s]), unknown_rate(encoded[s], self.vocab)) for s in SPLITS)
