@@ -1,7 +1,7 @@
 # Two commands on a fresh clone (no network needed beyond the package registry for the first install):
 #   make train   - create .venv if missing, install, train the default experiment (quickstart)
 #   make test    - create .venv if missing, install, run the test suite
-#   make test-fast - the same without the tests marked slow (under 90 s)
+#   make test-fast - the same without the tests marked slow (about 3.5 min)
 #   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
 PYTHON ?= python3
 VENV ?= .venv
@@ -31,7 +31,7 @@ train: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Everything but the tests marked slow (full trainings, subprocess runs, sweeps, DDP): under 90 s.
+# Everything but the tests marked slow (full trainings, subprocess runs, sweeps, DDP): about 3.5 min.
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
