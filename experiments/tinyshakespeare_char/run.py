@@ -44,7 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
 from replication import (DATA_DIR, best_epoch, finished, last_epoch_cut, load_result, machine_line, pct,
-                         provenance_footnote, row_marks, seconds_per_epoch, short_commit, stopped_by, write_result)
+                         provenance_footnote, provenance_mark, row_marks, seconds_per_epoch, short_commit, stopped_by,
+                         write_result)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -275,17 +276,19 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     notes.append(("met" if mean < kn5 else "missed")
                  + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else ""))
     versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
-    lines = [f"- The best modern NPLM row, {ROWS[row][1]}: {versus}; "
+    lines = [f"- The best modern NPLM row, {ROWS[row][1]}{provenance_mark(r)}: {versus}; "
              f"{gap:+.4f} nats per character from nanoGPT's {NANOGPT_LOSS} ({pct(r['valid'], nanogpt)})."]
     lines += [f"- Not counted, not finished ({modern[name]['stopped_by']} after {modern[name]['epochs']} epochs): "
-              f"{ROWS[name][1]}, valid {valid:.3f} ({pct(valid, kn5)})." for valid, name in ahead]
+              f"{ROWS[name][1]}{provenance_mark(modern[name])}, valid {valid:.3f} ({pct(valid, kn5)})."
+              for valid, name in ahead]
     base = modern.get(BASE_ROW)
     variants = {k: v for k, v in modern.items() if k != BASE_ROW}
     if base and variants:
         lines += ["", f"What each variant changes against {ROWS[BASE_ROW][1]} (valid {base['valid']:.3f}; training "
                       f"perplexity, dropout on, at its best epoch {train_ppl_at_best(base):.3f}), best first:", ""]
         for row, v in sorted(variants.items(), key=lambda item: item[1]["valid"]):
-            lines.append(f"- {ROWS[row][1]}: valid {v['valid']:.3f} ({pct(v['valid'], base['valid'])}), training "
+            lines.append(f"- {ROWS[row][1]}{provenance_mark(v)}: valid {v['valid']:.3f} "
+                         f"({pct(v['valid'], base['valid'])}), training "
                          f"{train_ppl_at_best(v):.3f} at its best epoch, {v['parameters']:,} parameters, "
                          f"{epoch_seconds(v):.0f} s an epoch"
                          + ("" if finished(v) else "; not finished"))
