@@ -303,14 +303,15 @@ class LanguageModel(pl.LightningModule):
         self._bad_at = torch.where(bad, first + offset, self._bad_at)
         self._bad_value = torch.where(bad, losses.index_select(0, first.view(1))[0].float(), self._bad_value)
 
-    def check_finite(self) -> None:
-        """Raise `Diverged`, naming the optimizer step, if a training loss since the last check was not finite.
-        One read of the device: called where the loss is read anyway (a log line, the end of an epoch, a
-        validation)."""
-        if not self._unchecked:
-            return
+    def check_finite(self, epoch_end: bool = False) -> None:
+        """Raise `Diverged`, naming the optimizer step, if a training loss since the last check was not finite;
+        first the head's own check (`Head.check_training`, at an epoch's end also its resizing), whose
+        counters say why a loss was not finite. Called where the loss is read anyway (a log line, the end
+        of an epoch, a validation)."""
         with self._sync_mode("default"):
-            self.head.check_training(False)  # first: a head's counters say why a loss was not finite
+            self.head.check_training(epoch_end)
+            if not self._unchecked:
+                return
             at, value = torch.stack([self._bad_at.double(), self._bad_value.double()]).tolist()
         if at >= 0:
             ends = [end for end, _, _ in self._unchecked]
@@ -353,11 +354,9 @@ class LanguageModel(pl.LightningModule):
         Inside the epoch the value goes to the loggers themselves, at the last optimizer step's place on
         their axis: `self.log` would leave it in Lightning's step results, which Lightning writes again
         at every later step it flushes (each step of several batches) until a new value comes."""
-        with self._sync_mode("default"):
-            self.head.check_training(epoch_end)  # (at an epoch's end also its capacities' growth)
+        self.check_finite(epoch_end)  # the read of the device every log_every_n_steps steps
         if self._window_steps == 0:
             return
-        self.check_finite()  # the read of the device every log_every_n_steps steps
         mean = (self._window_loss / self._window_tokens).float()
         if epoch_end:
             self.log("train/loss", mean, prog_bar=True)
