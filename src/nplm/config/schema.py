@@ -202,22 +202,22 @@ def check_tree(cfg: dict) -> None:
     wandb = cfg["logger"].get("wandb")
     if wandb is not None:
         check_group("logger.wandb", WANDB, wandb)
-    check_blocks(cfg)
 
 
-def check_blocks(cfg: dict) -> None:
+def _blocks_need_a_block_model(cfg: dict) -> str | None:
     """`data.block_size` (whole blocks, `nplm.data.blocks`) with a model that predicts one window at a
-    time (without `Model.trains_on_blocks`): refused."""
+    time (without `Model.trains_on_blocks`)."""
     block = cfg["data"].get("block_size")
     if not block:
-        return
+        return None
     from nplm.models import MODELS, model_options
 
     name, _ = model_options(cfg["model"])
-    if not MODELS.get(name).trains_on_blocks:
-        able = [option for option, o in MODELS.options().items() if o.target.trains_on_blocks]
-        raise _fail("data.block_size", block, f"must be null for model={name}, which predicts one window at a time; "
-                    f"whole blocks need model={' or model='.join(able)}")
+    if MODELS.get(name).trains_on_blocks:
+        return None
+    able = [option for option, o in MODELS.options().items() if o.target.trains_on_blocks]
+    return (f"data.block_size={show(block)}: must be null for model={name}, which predicts one window at a time; "
+            f"whole blocks need model={' or model='.join(able)}")
 
 
 def _head(cfg: dict):
@@ -289,7 +289,7 @@ def _head_fits_the_features(cfg: dict) -> str | None:
 
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
-               _compile_needs_dense_gradients, _head_fits_the_features)
+               _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model)
 
 
 def cpu_cores() -> int:
