@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# One device session's GPU checks of the captured training step (cuda_graphs), about 9 minutes in all:
-#   1. pytest tests/test_capture.py's CUDA tests (every registered model x head captured, replayed under
-#      torch.cuda.set_sync_debug_mode("error"), against the eager step);
-#   2. experiments/bench/gpu_check.py --skip-tests --no-compile: every model x head x precision through
-#      nplm-train with cuda_graphs=true and NPLM_SYNC_DEBUG=1, each run must replay its captured step;
-#   3. experiments/bench/gpu_step.py: eager vs captured nplm-train vs a plain captured loop.
+# One device session's GPU checks of the captured training step (cuda_graphs), in parts, each with its own
+# time limit so that the others still run:
+#   step:    experiments/bench/gpu_step.py: eager vs captured nplm-train vs a plain captured loop (~4 min);
+#   capture: pytest tests/test_capture.py's CUDA tests (every registered model x head captured, replayed
+#            under torch.cuda.set_sync_debug_mode("error"), against the eager step) (~1.5 min);
+#   check:   experiments/bench/gpu_check.py --skip-tests --no-compile: every model x head x precision
+#            through nplm-train with cuda_graphs=true and NPLM_SYNC_DEBUG=1, each run must replay its
+#            captured step (~4 min).
 #
-#   experiments/bench/gpu_session.sh [COMMIT]
+#   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
 #
 # COMMIT (default $NPLM_GIT_COMMIT, else unknown): the commit checked (the device copy has no .git).
+# PARTS (default step,capture,check): comma-separated, run in that order.
 # Missing Python packages (hydra-core, omegaconf, antlr4-python3-runtime, nltk) are installed from .whl/
 # when present (fetch them here with `pip download` as /work/.library/device/README.md says; carry .whl).
-# Results go to $OUT (the device machine's) or outputs/gpu_session: gpu_check.md, gpu_step.json,
-# gpu_step.md, and each part's log; every part has its own time limit, so the others still run.
+# Results go to $OUT (the device machine's) or outputs/gpu_session: gpu_step.json, gpu_step.md,
+# test_capture.txt, gpu_check.md and each part's log.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 START=$(date +%s)
@@ -26,14 +29,22 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
 
-timeout 100 python3 -m pytest -q -rs -x tests/test_capture.py -k cuda 2>&1 | tail -n 40 > "$DEST/test_capture.txt"
-echo "test_capture: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"; tail -n 3 "$DEST/test_capture.txt"
-
-timeout 230 python3 experiments/bench/gpu_check.py --skip-tests --no-compile --steps 60 --commit "$NPLM_GIT_COMMIT" \
-  --out "$DEST/gpu_check.md" > "$DEST/gpu_check.txt" 2>&1
-echo "gpu_check: exit $? after $(( $(date +%s) - START )) s"; grep -E "^\| " "$DEST/gpu_check.txt" | grep -c " ok " || true
-
-timeout 200 python3 experiments/bench/gpu_step.py --out "$DEST" > "$DEST/gpu_step.txt" 2>&1
-echo "gpu_step: exit $? after $(( $(date +%s) - START )) s"
-cat "$DEST/gpu_step.md" 2>/dev/null || tail -n 20 "$DEST/gpu_step.txt"
+PARTS=${2:-step,capture,check}
+python3 -c "import torch, pytorch_lightning as pl; print('torch', torch.__version__, 'pytorch_lightning', pl.__version__)"
+for part in ${PARTS//,/ }; do
+  case $part in
+    step)
+      timeout 260 python3 experiments/bench/gpu_step.py --out "$DEST" > "$DEST/gpu_step.txt" 2>&1
+      echo "gpu_step: exit $? after $(( $(date +%s) - START )) s"
+      cat "$DEST/gpu_step.md" 2>/dev/null; grep -E "error|Error" "$DEST/gpu_step.txt" | tail -n 8 ;;
+    capture)
+      timeout 110 python3 -m pytest -q -rs tests/test_capture.py -k cuda 2>&1 | tail -n 60 > "$DEST/test_capture.txt"
+      echo "test_capture: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"; tail -n 25 "$DEST/test_capture.txt" ;;
+    check)
+      timeout 230 python3 experiments/bench/gpu_check.py --skip-tests --no-compile --steps 60 --commit "$NPLM_GIT_COMMIT" \
+        --out "$DEST/gpu_check.md" > "$DEST/gpu_check.txt" 2>&1
+      echo "gpu_check: exit $? after $(( $(date +%s) - START )) s"; grep -E "^\| " "$DEST/gpu_check.txt" | tail -n 50 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check"; exit 2 ;;
+  esac
+done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"

@@ -213,20 +213,30 @@ def main() -> None:
                     ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
                 print(shape, batch, "reference", ref, flush=True)
                 rows.append(row)
+                write(rows, args.out)  # after every row, so a run cut short keeps what it measured
     if args.dry_run:
         print("gpu_step: --dry-run done (nothing measured)")
         return
-    write(rows, args.out)
+    print("\n".join(table(rows)))
 
 
 def write(rows: list[dict], out: Path) -> None:
-    from provenance import stamp
-
+    """gpu_step.json (every figure) and gpu_step.md (the table) in out."""
     from nplm.tracking.records import git_commit
 
     out.mkdir(parents=True, exist_ok=True)
     card = torch.cuda.get_device_name()
     (out / "gpu_step.json").write_text(json.dumps({"card": card, "commit": git_commit(), "rows": rows}, indent=1))
+    (out / "gpu_step.md").write_text("\n".join(table(rows)) + "\n")
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The markdown table of rows, headed by the card, the machine and the commit."""
+    from provenance import stamp
+
+    from nplm.tracking.records import git_commit
+
+    card = torch.cuda.get_device_name()
     lines = [f"# The training step on {card}", "", stamp() + f" (commit {git_commit()})", "",
              "bf16-mixed. tokens/s: nplm-train's second epoch, or the reference loop's replays; "
              "time: 2.05e9 training tokens at that rate; captured / reference: nplm-train's captured rate as a "
@@ -247,9 +257,7 @@ def write(rows: list[dict], out: Path) -> None:
             share = f"{rate / ref:.2f}" if ref else ""
             lines.append(f"| {row['shape']} | {row['batch']} | {name} | {rate:,.0f} | {mfu} | {m['peak_gib']:.2f} | "
                          f"{m.get('graph_steps') or ''} | {BUDGET_TOKENS / rate / 3600:,.1f} | {share} |")
-    (out / "gpu_step.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+    return lines
 
 if __name__ == "__main__":
     main()
