@@ -287,7 +287,9 @@ def test_captured_step_on_cuda_trains_as_the_eager_step_without_a_host_sync(mode
     data = batches(device="cuda") + batches(1, batch=B // 2, device="cuda")
     eager = language_model(model, head, dropout=0.0).cuda()
     graphed = copy.deepcopy(eager)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == torch.bfloat16):
+    # cache_enabled=False: each eager step casts the weights it just updated, as Lightning's per-step autocast
+    # does (one cached autocast around the whole loop would keep the first step's bf16 weights)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == torch.bfloat16, cache_enabled=False):
         want = train_eager(eager, data)
         optimizer, schedule = optimizer_of(graphed)
         step = CapturedStep(graphed._train_loss, graphed.parameters(), optimizer, dry=False)
