@@ -197,3 +197,42 @@ def test_training_flops_at_wikitext103_shape_are_near_the_shortlist_plus_own_clu
     assert every_cluster == 3 * 2 * WT103_F * WT103_ROWS * (WT103_V + 3)  # a full softmax's, and the n cluster rows
     assert floor < capacity < 1.5 * floor
     assert every_cluster > 4 * capacity
+
+
+def test_blocks_calibrate_the_capacities_to_the_variance_of_a_blocks_counts():
+    """Blocks of T = 8 with 2, 4, 2, 4 targets in cluster 3 (none in clusters 1 and 2): one block's count has
+    mean 3 and variance 4/3, so 80 rows (10 blocks) get ceil(30 + 4 sqrt(10 * 4/3)) + 8 = 53 rows in cluster 3,
+    where the binomial count of shuffled windows gives 20; the empty clusters keep 8."""
+    head = make(tied=False)
+    assert head.capacities(80) == [37, 34, 20]
+    rare = [[150] * n + [0] * (8 - n) for n in (2, 4, 2, 4)]
+    head.calibrate(torch.tensor(rare))  # [4, 8]
+    assert head.capacities(80) == [8, 8, 53]
+
+
+def bursty_corpus(folder, lines=120, seed=0):
+    """A training split of two halves, as a concatenated corpus may be: Zipfian words, then as many words each
+    seen once (the rarest ranks: tail cluster 3); a batch of whole blocks holds mostly one half or the other."""
+    g = torch.Generator().manual_seed(seed)
+
+    def zipf_lines(n):
+        ids = torch.multinomial(torch.tensor(COUNTS, dtype=torch.float64), n * 24, replacement=True, generator=g)
+        return [" ".join(f"w{int(i)}" for i in ids[j * 24:(j + 1) * 24]) for j in range(n)]
+
+    rare = [" ".join(f"r{j * 24 + i}" for i in range(24)) for j in range(lines)]
+    for split, part in (("train", zipf_lines(lines) + rare), ("valid", zipf_lines(12)), ("test", zipf_lines(12))):
+        (folder / f"{split}.txt").write_text("\n".join(part) + "\n")
+    return [f"corpus.{split}={folder / f'{split}.txt'}" for split in ("train", "valid", "test")]
+
+
+def test_whole_blocks_of_bursty_text_train_on_the_capacity_path(run_train, tmp_path, monkeypatch):
+    """Blocks of 24 consecutive tokens, 6 a batch: a batch with 5 or 6 blocks of the rare half holds 120 or
+    more rows of tail cluster 3, beyond its binomial capacity (about 72 + 4 sd + 8) and the spill of 8 (their
+    loss NaN: the run would stop); capacities calibrated on the training blocks (`LanguageModel.on_fit_start`)
+    score every row, exactly."""
+    monkeypatch.setattr(AdaptiveHead, "_torch_grouping", staticmethod(lambda features: False))
+    metrics = run_train("corpus=text_files", *bursty_corpus(tmp_path), "model=modern", "model.context_size=8",
+                        "model.window=4", "model.summaries=1", "model.embed_dim=16", "model.hidden_dim=24",
+                        "model.num_layers=1", "data.block_size=24", "data.batch_size=6", "head=adaptive",
+                        "head.cutoffs=[20,60,150]", "head.div_value=2", "trainer.max_epochs=2", "optimizer.lr=0.003")
+    assert metrics["val/ppl_best"] > 1 and metrics["test/ppl"] < 400

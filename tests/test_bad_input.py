@@ -95,6 +95,9 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
      "vectors; set model.tie_embeddings=auto (ties where the head can) or false, or use "
      "head=adaptive|importance_sampling|nce|softmax"),
     ("model=modern model.tie_embeddings=yes", "model.tie_embeddings=yes: must be auto, true or false"),
+    ("optimizer=adamw trainer.precision=16-mixed trainer.gradient_clip_val=0.25",
+     "trainer.precision=16-mixed: gradient clipping (trainer.gradient_clip_val=0.25) with a fused optimizer, which "
+     "unscales fp16 gradients inside its update; set optimizer.fused=false, or trainer.precision=bf16-mixed"),
     ("optimizer=sgd optimizer.momentum=0.9 model.sparse_embeddings=true",
      "optimizer.momentum=0.9: must be 0 with model.sparse_embeddings=true (row-sparse updates have no momentum); "
      "set optimizer.momentum=0 or model.sparse_embeddings=false"),

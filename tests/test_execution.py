@@ -105,6 +105,15 @@ def test_gradient_clipping_and_accumulation_are_applied(tmp_path):
         assert abs(_train(tmp_path / name, *sgd, option)["val/ppl_best"] - plain) > 1e-3 * plain, option
 
 
+def test_clipping_with_a_fused_optimizer_under_bf16_mixed_trains(tmp_path):
+    """Lightning refuses to clip for a fused optimizer under any mixed precision; bf16 has no gradient scaler,
+    so nplm clips with torch's utilities (`experiment=sun2021/wikitext103`: fused AdamW, clip 0.25, bf16)."""
+    bf16 = ["optimizer=adamw", "optimizer.fused=true", "trainer.precision=bf16-mixed", "optimizer.lr=0.5"]
+    plain = _train(tmp_path / "a", *bf16)["val/ppl_best"]
+    clipped = _train(tmp_path / "b", *bf16, "trainer.gradient_clip_val=1e-4")["val/ppl_best"]
+    assert math.isfinite(clipped) and abs(clipped - plain) > 1e-3 * plain
+
+
 def test_max_steps_stops_at_that_optimizer_step(tmp_path):
     _train(tmp_path, "steps_per_execution=16", "+trainer.max_steps=7")
     assert _checkpoint(tmp_path)["global_step"] == 7

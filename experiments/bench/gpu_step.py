@@ -53,7 +53,7 @@ def steps_for(shape: str, batch: int) -> int:
 
 
 def write_corpus(folder: Path, vocab: int, tokens: int, seed: int = 0) -> dict[str, str]:
-    """train.txt (every word once, then Zipfian draws) and valid.txt, 50 words a line."""
+    """train.txt (Zipfian draws and every word once, shuffled) and valid.txt, 50 words a line."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -62,8 +62,8 @@ def write_corpus(folder: Path, vocab: int, tokens: int, seed: int = 0) -> dict[s
     paths = {}
     for split, n in (("train", tokens), ("valid", 60_000)):
         ids = rng.choice(vocab, size=n, p=p / p.sum())
-        if split == "train":
-            ids = np.concatenate([np.arange(vocab), ids])
+        if split == "train":  # every word at least once, at random places (not a sorted run of rare words)
+            ids = rng.permutation(np.concatenate([np.arange(vocab), ids]))
         lines = [" ".join(words[ids[i:i + 50]]) for i in range(0, len(ids), 50)]
         path = folder / f"{split}.txt"
         path.write_text("\n".join(lines) + "\n")

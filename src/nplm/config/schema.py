@@ -287,9 +287,23 @@ def _head_fits_the_features(cfg: dict) -> str | None:
     return head.features_problem({k: v for k, v in cfg["head"].items() if k != "name"}, features)
 
 
+def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
+    """fp16 mixed precision scales the loss; a fused optimizer unscales inside its update, after clipping would
+    have read the scaled gradients (Lightning refuses it at the first step)."""
+    trainer = cfg.get("trainer") or {}
+    if str(trainer.get("precision")) not in ("16-mixed", "16") or not trainer.get("gradient_clip_val"):
+        return None
+    if cfg["optimizer"].get("fused") is False:
+        return None
+    return (f"trainer.precision={trainer['precision']}: gradient clipping (trainer.gradient_clip_val="
+            f"{show(trainer['gradient_clip_val'])}) with a fused optimizer, which unscales fp16 gradients inside its "
+            "update; set optimizer.fused=false, or trainer.precision=bf16-mixed")
+
+
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
-               _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model)
+               _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
+               _fp16_clipping_needs_an_unfused_optimizer)
 
 
 def cpu_cores() -> int:

@@ -155,6 +155,7 @@ class AdaptiveHead(Head):
         ranked = sorted(counts, reverse=True)
         self.cluster_share = [sum(ranked[lo:hi]) / total for lo, hi in zip(bounds, bounds[1:])]  # p_i, i = 1..n
         self.capacity_extra = [0] * len(cutoffs)  # rows added to each cluster's capacity by past overflows
+        self.block_counts: tuple[list[float], list[float], int] | None = None  # `calibrate`: means, variances, T
         n = len(cutoffs)
         self.register_buffer("overflow_rows", torch.zeros(n, dtype=torch.long), persistent=False)  # [n] over C_i
         self.register_buffer("overflow_peak", torch.zeros(n, dtype=torch.long), persistent=False)  # [n] most in a batch
@@ -218,14 +219,30 @@ class AdaptiveHead(Head):
 
     # -- the capacity path ---------------------------------------------------------------
     def capacities(self, rows: int) -> list[int]:
-        """Rows of a batch of `rows` that each tail cluster i scores: mu_i + 4 sd_i + 8 for a binomial
-        count of mean mu_i = rows p_i (p_i: cluster i's share of the training tokens), plus what the
-        epochs so far overflowed (`check_training`), at most `rows`."""
+        """Rows of a batch of `rows` that each tail cluster i scores: mu_i + 4 sd_i + 8, plus what the epochs
+        so far overflowed (`check_training`), at most `rows`. Shuffled windows: a binomial count, mu_i = rows
+        p_i, sd_i^2 = mu_i (1 - p_i) (p_i: cluster i's share of the training tokens). Whole blocks of T
+        tokens (`calibrate`): a sum of rows / T blocks' counts, with the mean m_i and variance v_i of one
+        block's count measured on the training split, mu_i = (rows / T) m_i, sd_i^2 = (rows / T) v_i (text
+        is bursty: on Brown, v_i is 2.5 to 4 times the binomial variance at T = 512)."""
         caps = []
-        for share, extra in zip(self.cluster_share, self.capacity_extra):
-            mean = rows * share
-            caps.append(min(rows, math.ceil(mean + 4 * math.sqrt(mean * (1 - share))) + 8 + extra))
+        for i, (share, extra) in enumerate(zip(self.cluster_share, self.capacity_extra)):
+            if self.block_counts is not None:
+                means, variances, tokens = self.block_counts
+                mean, var = rows / tokens * means[i], rows / tokens * variances[i]
+            else:
+                mean = rows * share
+                var = mean * (1 - share)
+            caps.append(min(rows, math.ceil(mean + 4 * math.sqrt(var)) + 8 + extra))
         return caps
+
+    def calibrate(self, targets: torch.Tensor) -> None:
+        """`block_counts` from a sample of the training split's blocks `targets` [U, T] (word ids): the mean
+        and variance of each tail cluster's count in one block of T tokens (`capacities`)."""
+        cluster = torch.bucketize(self.rank.cpu()[targets.cpu()], self.cutoffs.cpu(), right=True)  # [U, T] 0: shortlist
+        per_block = torch.stack([(cluster == i + 1).sum(1) for i in range(len(self.cluster_share))], 1).double()  # [U, n]
+        variances = per_block.var(0, correction=1) if len(per_block) > 1 else per_block.new_zeros(per_block.shape[1])
+        self.block_counts = (per_block.mean(0).tolist(), variances.tolist(), targets.shape[1])
 
     @staticmethod
     def spill_rows(rows: int) -> int:

@@ -128,6 +128,12 @@ class Head(nn.Module):
         with device-side counters reads them here, raises a UserError when they show that its training
         loss went wrong, and may adapt at an epoch's end. Default: nothing to check."""
 
+    def calibrate(self, targets: torch.Tensor) -> None:
+        """`targets` [U, T]: a sample of the training split's targets in the units its batches are drawn in
+        (U whole blocks of T consecutive tokens, `data.block_size`), before training starts. A head that sizes
+        static per-batch shapes from the training counts (the adaptive softmax's capacities) sizes them for
+        how a batch of such units actually mixes words. Default: nothing to calibrate."""
+
     def can_backprop_by_hand(self) -> bool:
         """Whether the head has `nll_and_backprop` for its parameters' device and dtype (nplm.fast.backprop)."""
         return False

@@ -29,6 +29,8 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
+from nplm.training.clipping import clip_gradients
+
 log = logging.getLogger(__name__)
 
 WARMUP_STEPS = 3  # eager steps before each capture (PyTorch's recipe: a few, on the capture stream)
@@ -149,10 +151,7 @@ class CapturedStep:
         nll = self.loss_fn(context, target)  # [N]
         nll.mean().backward()
         if self.clip_val:
-            if self.clip_algorithm == "value":
-                nn.utils.clip_grad_value_(self.params, self.clip_val)
-            else:
-                nn.utils.clip_grad_norm_(self.params, self.clip_val)
+            clip_gradients(self.params, self.clip_val, self.clip_algorithm)
         self.optimizer.step()
         self.loss_sum += nll.detach().sum(dtype=torch.float64)
 

@@ -17,6 +17,7 @@ from nplm.data.text_units import figures
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.capture import SILENCE, CapturedStep, capture_blocker, eager_optimizer_state
+from nplm.training.clipping import clip_gradients, has_grad_scaler
 from nplm.training.execution import StepOptions
 from nplm.training.flops import FlopReport
 from nplm.heads import build_head, head_class
@@ -140,6 +141,17 @@ class LanguageModel(pl.LightningModule):
 
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.loss(*self.features(context, target))  # [N]
+
+    def on_fit_start(self) -> None:
+        """Whole-block training (`data.block_size`): the head calibrates what it sizes per batch on up to
+        8,192 of the training split's blocks, spread evenly over it (`Head.calibrate`)."""
+        data = getattr(self.trainer, "datamodule", None)
+        if data is None or not getattr(data, "block_size", None):
+            return
+        blocks = data.blocks("train")
+        if blocks.whole:
+            picked = torch.linspace(0, blocks.whole - 1, min(blocks.whole, 8192)).long()  # [U]
+            self.head.calibrate(blocks.blocks[picked, blocks.context_size:])  # [U, T]
 
     def on_train_start(self) -> None:
         self._direct = self._direct_steps_possible()
@@ -329,9 +341,12 @@ class LanguageModel(pl.LightningModule):
     def _optimizer_step(self, optimizer, schedulers: list) -> None:
         """Clip (`trainer.gradient_clip_val`), step, zero the gradients, step the per-step schedules."""
         options = self.step_options
-        if options.gradient_clip_val:
+        if options.gradient_clip_val and has_grad_scaler(self.trainer):  # fp16: Lightning unscales first
             self.clip_gradients(optimizer, gradient_clip_val=options.gradient_clip_val,
                                 gradient_clip_algorithm=options.gradient_clip_algorithm)
+        elif options.gradient_clip_val:  # (Lightning refuses a fused optimizer under bf16-mixed: nothing to unscale)
+            clip_gradients([p for group in optimizer.param_groups for p in group["params"]],
+                           options.gradient_clip_val, options.gradient_clip_algorithm)
         if self._direct and self._step_counter is not None:  # the torch optimizer itself, counted as Lightning counts it
             self._counted(lambda: step_without_profiler(optimizer.optimizer))
             optimizer.optimizer.zero_grad(set_to_none=True)
