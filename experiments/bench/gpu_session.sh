@@ -20,6 +20,8 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 START=$(date +%s)
 export NPLM_GIT_COMMIT=${1:-${NPLM_GIT_COMMIT:-unknown}}
+# the device copy's .git (where one travels) can be older than the tree sent: the commit given names the code
+if [ -n "${1:-}" ] && [ "$(git rev-parse HEAD 2>/dev/null | cut -c1-${#1})" != "$1" ]; then export GIT_DIR=/nonexistent; fi
 DEST=${OUT:-outputs/gpu_session}
 mkdir -p "$DEST"
 if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
