@@ -228,3 +228,19 @@ def test_the_memory_estimate_counts_a_batch_of_blocks():
     blocks, windows = _batch_bytes(module, 8, True, block_size=16), _batch_bytes(module, 8 * 16, True)
     assert blocks is not None and windows is not None
     assert _batch_bytes(module, 8, True) < blocks < windows
+
+
+def test_sliding_summaries_are_the_cross_correlation_with_each_row_of_A():
+    """s_j(t) = sum_p A[j, p] e[t + p] at every position t, values and gradients, against the sums written out."""
+    from nplm.models.modern import sliding_summaries
+
+    torch.manual_seed(0)
+    B, T, n, g, d = 2, 6, 4, 3, 5
+    e = torch.randn(B, T + n - 1, d, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(g, n, dtype=torch.float64, requires_grad=True)
+    got = sliding_summaries(e, A, T)  # [B, T, g, d]
+    want = torch.stack([torch.einsum("jp,bpd->bjd", A, e[:, t: t + n]) for t in range(T)], 1)  # [B, T, g, d]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    weights = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad((got * weights).sum(), (e, A)),
+                               torch.autograd.grad((want * weights).sum(), (e, A)), rtol=0, atol=1e-12)

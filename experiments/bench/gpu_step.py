@@ -81,7 +81,7 @@ def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, 
                  "trainer.precision=bf16-mixed", f"cuda_graphs={str(graphs).lower()}", f"compile={str(compile_).lower()}",
                  "trainer.max_epochs=2", f"trainer.limit_train_batches={steps}", "trainer.limit_val_batches=2",
                  "callbacks.early_stopping_patience=null", "trainer.enable_progress_bar=false", "logger=none",
-                 f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}", f"paths.data_dir={tmp}/data-{shape}"]
+                 f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}-{compile_}", f"paths.data_dir={tmp}/data-{shape}"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides)
 
