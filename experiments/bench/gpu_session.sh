@@ -8,7 +8,8 @@
 #            through nplm-train with cuda_graphs=true and NPLM_SYNC_DEBUG=1, each run must replay its
 #            captured step (~4 min);
 #   profile: experiments/bench/gpu_profile.py at the WikiText-103 shape (top kernels by CUDA time) (~1 min);
-#   compile: gpu_step.py on brown at batch 256 and 4,096 with compile=true too (~4 min).
+#   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
+#   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES) with compile=true too (~4 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
 #
@@ -48,15 +49,20 @@ for part in ${PARTS//,/ }; do
       timeout 230 python3 experiments/bench/gpu_check.py --skip-tests --no-compile --steps 60 --commit "$NPLM_GIT_COMMIT" \
         --out "$DEST/gpu_check.md" > "$DEST/gpu_check.txt" 2>&1
       echo "gpu_check: exit $? after $(( $(date +%s) - START )) s"; grep -E "^\| " "$DEST/gpu_check.txt" | tail -n 50 ;;
+    wt103)
+      timeout 150 python3 experiments/bench/gpu_step.py --shapes wikitext103 --out "$DEST/wt103" > "$DEST/gpu_step_wt103.txt" 2>&1
+      echo "gpu_step wikitext103: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/wt103/gpu_step.md" 2>/dev/null
+      grep -E "error|Error" "$DEST/gpu_step_wt103.txt" | tail -n 8 ;;
     profile)
       timeout 100 python3 experiments/bench/gpu_profile.py --shape wikitext103 > "$DEST/gpu_profile.txt" 2>&1
       echo "gpu_profile: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile.txt" | cut -c1-200 ;;
     compile)
-      timeout 280 python3 experiments/bench/gpu_step.py --shapes brown --batches 256,4096 --compile --out "$DEST/compile" \
+      timeout 280 python3 experiments/bench/gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" --compile \
+        --out "$DEST/compile" \
         > "$DEST/gpu_step_compile.txt" 2>&1
       echo "gpu_step --compile: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile/gpu_step.md" 2>/dev/null
       grep -E "error|Error" "$DEST/gpu_step_compile.txt" | tail -n 8 ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, profile, compile"; exit 2 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, compile"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"
