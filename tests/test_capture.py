@@ -340,3 +340,17 @@ def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, m
     resumed = train(compose_cfg(tmp_path / "again", *TOY_FAST, "trainer.max_epochs=2", f"resume={last}",
                                 "resume_allow_changes=true"))
     assert 0 < resumed["train/ppl"] < first["train/ppl"]  # a second epoch trained on
+
+
+@CUDA
+def test_a_compiled_step_on_cuda_is_not_captured():
+    """compile=true on CUDA: not captured (on an H200 with torch 2.11 the capture failed and left the CUDA
+    generator refusing random ops); the run says so in one line."""
+    lm = language_model("modern", "adaptive").cuda()
+    why = capture_blocker(lm, build_optimizer(lm, {"name": "adamw", "lr": 0.01}), 1, True, True, compiled=True)
+    assert why.startswith("compile=true (inductor's step failed to capture on CUDA")
+
+
+def test_a_compiled_step_on_the_cpu_keeps_the_dry_capture():
+    lm = language_model("modern", "adaptive")
+    assert capture_blocker(lm, build_optimizer(lm, {"name": "adamw", "lr": 0.01}), 1, True, True, compiled=True) is None

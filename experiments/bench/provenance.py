@@ -18,8 +18,8 @@ def commit() -> str:
     checkout_state`: the package, configs and scripts, untracked ones too; not the result files and
     tables that benchmarks write, often several in one session)."""
     state = checkout_state(Path(__file__).parent)
-    if state is None:
-        return "unknown"
+    if state is None:  # a copy without its .git (the device machine): the commit it was sent from, if named
+        return os.environ.get("NPLM_GIT_COMMIT", "unknown")[:7]
     sha, dirty = state
     return sha[:7] + ("+dirty" if dirty else "")
 

@@ -175,7 +175,7 @@ class LanguageModel(pl.LightningModule):
         optimizer = self.optimizers().optimizer
         options = self.step_options
         why = capture_blocker(self, optimizer, options.accumulate_grad_batches, self._direct,
-                              counted=self._step_counter is not None)
+                              counted=self._step_counter is not None, compiled=self._compiled)
         if why is not None:
             log.warning("cuda_graphs: the training step cannot be captured: %s; training eagerly (%s)", why, SILENCE)
             return None
