@@ -41,11 +41,11 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
     result(tmp_path, "modern", 4.5, 4.76)
     text = run.tables(tmp_path)
     assert "| Kneser-Ney 5-gram, modified, interpolated (counted) | 4 |  | 4.760 | 1.5602 | +0.0% |" in text
-    assert ("| the modern NPLM (`experiment=sun2021/tinyshakespeare_char`) | 64 | 1,234,567 | 4.500 | 1.5041 | "
+    assert ("| the modern NPLM (`experiment=sun2021/tinyshakespeare_char`, no moving average) | 64 | 1,234,567 | 4.500 | 1.5041 | "
             "-5.5% | 9 / 7 | early stopping | 400 |") in text
     assert "| nanoGPT's character Transformer (published: its README) | 256 | 10.7M | 4.348 | 1.4697 | -8.7% |" in text
     assert "| the notebook's network (`experiment=tinyshakespeare_char`) |  |" in text  # not run: empty
-    assert ("- The best modern NPLM row, the modern NPLM (`experiment=sun2021/tinyshakespeare_char`): 4.500 against "
+    assert ("- The best modern NPLM row, the modern NPLM (`experiment=sun2021/tinyshakespeare_char`, no moving average): 4.500 against "
             "the KN5's 4.760: -5.5% (met); +0.0344 nats per character from nanoGPT's 1.4697") in text
     result(tmp_path, "modern", 4.9, 4.76, converged=False)
     text = run.tables(tmp_path)
