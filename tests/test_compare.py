@@ -191,3 +191,31 @@ def test_a_real_seed_sweep_is_one_row(tmp_path, capsys):
     assert epochs == [0, 1, 2] and [e for e, _, _ in row.curve] == epochs  # the plots' epochs are the CSV's
     main([str(sweep)])
     assert f"{statistics.fmean(vals):.2f} ± {statistics.stdev(vals):.2f}" in capsys.readouterr().out
+
+
+def test_runs_with_bits_per_byte_get_its_plots_too(tmp_path, monkeypatch):
+    """A tokenisation sweep: per-token perplexities do not compare, bits per byte do; each run's val/bpb curve
+    (metrics.csv) and best (metrics.json) are plotted beside the perplexity's."""
+    import matplotlib.pyplot as plt
+
+    root = tmp_path / "sweep"
+    for i, (size, bpb) in enumerate((("512", [2.8, 2.5, 2.4]), ("1024", [2.9, 2.6, 2.3]))):
+        job = fake_job(root, str(i), [f"corpus.vocab_size={size}"], [40.0 + i, 30.0, 20.0 + i], 21.0)
+        rows = list(csv.DictReader(open(job / "metrics.csv")))
+        with open(job / "metrics.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, [*HISTORY, "val/bpb"])
+            w.writeheader()
+            for row, value in zip(rows, bpb):
+                w.writerow({**row, "val/bpb": value})
+        record = json.loads((job / "metrics.json").read_text())
+        record["metrics"]["val/bpb_best"] = min(bpb)
+        (job / "metrics.json").write_text(json.dumps(record))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    images = plots(group_seeds(find_jobs([root])))
+    assert [name for name, _, _ in images] == ["val_ppl_vs_corpus.vocab_size.png", "val_bpb_vs_corpus.vocab_size.png",
+                                               "learning_curves.png", "learning_curves_bpb.png"]
+    by_size = figures[1].axes[0]
+    assert by_size.get_ylabel() == "best validation bits per byte (mean ± std)"
+    assert sorted(by_size.lines[0].get_ydata()) == [2.3, 2.4]
+    assert [list(line.get_ydata()) for line in figures[3].axes[0].get_lines()] == [[2.8, 2.5, 2.4], [2.9, 2.6, 2.3]]

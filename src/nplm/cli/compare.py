@@ -44,6 +44,7 @@ class Job:
     curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch from 0, val/ppl)
     mfu: float | None = None  # model FLOP utilisation of the last training epoch (metrics' train/mfu)
     figures: dict[str, float] = field(default_factory=dict)  # TEXT_FIGURES the run recorded
+    bpb_curve: list[tuple[int, float]] = field(default_factory=list)  # (epoch from 0, val/bpb) where recorded
 
 
 # The figures that compare across tokenisations (nplm.data.text_units): metrics key -> (column, csv name, format).
@@ -90,10 +91,15 @@ class Row:
     @property
     def curve(self) -> list[tuple[int, float, float | None]]:
         """(epoch, mean val/ppl, std) over the row's jobs at every epoch they all reached."""
+        return self.curve_of("curve")
+
+    def curve_of(self, name: str) -> list[tuple[int, float, float | None]]:
+        """(epoch, mean, std) of the jobs' curve `name` ("curve": val/ppl, "bpb_curve": val/bpb) at every
+        epoch they all reached."""
         per_epoch: dict[int, list[float]] = {}
         for j in self.jobs:
-            for epoch, ppl in j.curve:
-                per_epoch.setdefault(epoch, []).append(ppl)
+            for epoch, value in getattr(j, name):
+                per_epoch.setdefault(epoch, []).append(value)
         points = [(e, Stat.of(v)) for e, v in sorted(per_epoch.items()) if len(v) == len(self.jobs)]
         return [(e, s.mean, s.std) for e, s in points]
 
@@ -111,7 +117,8 @@ def _overrides(job_dir: Path, record: dict) -> dict[str, str]:
             if not k.startswith("hydra.") and not k.startswith("paths.")}
 
 
-def _curve(job_dir: Path) -> list[tuple[int, float]]:
+def _curve(job_dir: Path, column: str = "val/ppl") -> list[tuple[int, float]]:
+    """(epoch, value) of metrics.csv's `column` at every epoch that has it."""
     path = job_dir / "metrics.csv"
     if not path.exists():
         return []
@@ -119,7 +126,7 @@ def _curve(job_dir: Path) -> list[tuple[int, float]]:
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             try:
-                points.append((int(r["epoch"]), float(r["val/ppl"])))
+                points.append((int(r["epoch"]), float(r[column])))
             except (KeyError, TypeError, ValueError):  # no validation that epoch, or a row being written
                 continue
     return points
@@ -138,7 +145,8 @@ def load_job(job_dir: Path) -> Job:
     status = observed_status(job_dir, record) or "unknown"  # a dead run's "running" record reads "killed"
     return Job(job_dir, _overrides(job_dir, record), status, val, metrics.get("test/ppl"),
                record.get("epochs", len(curve) or None), record.get("wall_time_s"), record.get("error", ""), curve,
-               metrics.get("train/mfu"), {k: metrics[k] for k in TEXT_FIGURES if metrics.get(k) is not None})
+               metrics.get("train/mfu"), {k: metrics[k] for k in TEXT_FIGURES if metrics.get(k) is not None},
+               _curve(job_dir, "val/bpb"))
 
 
 def find_jobs(paths: list[Path]) -> list[Job]:
@@ -261,8 +269,9 @@ def _label(row: Row, keys: list[str]) -> str:
 
 
 def plots(rows: list[Row]) -> list[tuple[str, str, bytes]]:
-    """(file name, title, PNG bytes): best validation perplexity against each swept parameter (mean
-    with ±1 std error bars over seeds), and the learning curves (mean with a ±1 std band)."""
+    """(file name, title, PNG bytes): best validation perplexity, and bits per byte where the runs
+    recorded it, against each swept parameter (mean with ±1 std error bars over seeds), and the learning
+    curves of both (mean with a ±1 std band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -276,11 +285,12 @@ def plots(rows: list[Row]) -> list[tuple[str, str, bytes]]:
         plt.close(fig)
         return buf.getvalue()
 
-    out = []
-    scored = [r for r in rows if r.val.mean is not None]
-    keys = [k for k in swept_keys(rows) if k != SEED]
-    for key in keys if len(rows) > 1 else []:
-        values = [r.overrides.get(key, "") for r in scored]
+    def by_key(key: str, value, name: str, label: str, file: str) -> None:
+        """`label` (mean ± std over seeds; `value(row)` -> (mean, std) or None) against the swept `key`."""
+        scored = [(r, v) for r in rows if (v := value(r)) is not None]
+        if not scored:
+            return
+        values = [r.overrides.get(key, "") for r, _ in scored]
         fig, ax = plt.subplots(figsize=(6, 4))
         try:
             xs = [float(v) for v in values]
@@ -288,31 +298,46 @@ def plots(rows: list[Row]) -> list[tuple[str, str, bytes]]:
             labels = sorted(set(values))
             xs = [labels.index(v) for v in values]
             ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-        ax.errorbar(xs, [r.val.mean for r in scored], yerr=[r.val.std or 0.0 for r in scored], fmt="o", capsize=3)
-        title = f"Best validation perplexity by {key}"
-        ax.set(title=title, xlabel=key, ylabel="best validation perplexity (mean ± std)")
+        ax.errorbar(xs, [m for _, (m, _) in scored], yerr=[sd or 0.0 for _, (_, sd) in scored], fmt="o", capsize=3)
+        title = f"{name} by {key}"
+        ax.set(title=title, xlabel=key, ylabel=f"{label} (mean ± std)")
         ax.grid(alpha=0.3)
-        out.append((f"val_ppl_vs_{key.replace('/', '_')}.png", title, png(fig)))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in rows:
-        curve = r.curve
-        if not curve:
-            continue
-        epochs, means, stds = zip(*curve)
-        line, = ax.plot(epochs, means, marker=".", label=_label(r, keys))
-        if len(r.jobs) > 1:
-            lo = [m - (s or 0.0) for m, s in zip(means, stds)]
-            hi = [m + (s or 0.0) for m, s in zip(means, stds)]
-            ax.fill_between(epochs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    title = "Validation perplexity per epoch"
-    if any(len(r.jobs) > 1 for r in rows):
-        title += " (mean ± std over seeds)"
-    ax.set(title=title, xlabel="epoch (0 = the first, as in metrics.csv)", ylabel="validation perplexity")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    if 0 < len(rows) <= 12 and ax.get_lines():
-        ax.legend(fontsize=7)
-    out.append(("learning_curves.png", title, png(fig)))
+        out.append((f"{file}_vs_{key.replace('/', '_')}.png", title, png(fig)))
+
+    def curves(attr: str, name: str, label: str, file: str) -> None:
+        """The rows' learning curves `attr` (mean with a ±1 std band over seeds)."""
+        drawn = [(r, curve) for r in rows if (curve := r.curve_of(attr))]
+        if attr != "curve" and not drawn:  # no run recorded it: no plot
+            return
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r, curve in drawn:
+            epochs, means, stds = zip(*curve)
+            line, = ax.plot(epochs, means, marker=".", label=_label(r, keys))
+            if len(r.jobs) > 1:
+                lo = [m - (s or 0.0) for m, s in zip(means, stds)]
+                hi = [m + (s or 0.0) for m, s in zip(means, stds)]
+                ax.fill_between(epochs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        title = name + (" (mean ± std over seeds)" if any(len(r.jobs) > 1 for r in rows) else "")
+        ax.set(title=title, xlabel="epoch (0 = the first, as in metrics.csv)", ylabel=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if 0 < len(rows) <= 12 and ax.get_lines():
+            ax.legend(fontsize=7)
+        out.append((file, title, png(fig)))
+
+    def bpb(row: Row):
+        stat = Stat.of(j.figures.get("val/bpb_best") for j in row.jobs)
+        return None if stat.mean is None else (stat.mean, stat.std)
+
+    out = []
+    keys = [k for k in swept_keys(rows) if k != SEED]
+    for key in keys if len(rows) > 1 else []:
+        by_key(key, lambda r: None if r.val.mean is None else (r.val.mean, r.val.std), "Best validation perplexity",
+               "best validation perplexity", "val_ppl")
+        # bits per byte compare across tokenisations (nplm.data.text_units), per-token perplexity does not
+        by_key(key, bpb, "Best validation bits per byte", "best validation bits per byte", "val_bpb")
+    curves("curve", "Validation perplexity per epoch", "validation perplexity", "learning_curves.png")
+    curves("bpb_curve", "Validation bits per byte per epoch", "validation bits per byte", "learning_curves_bpb.png")
     return out
 
 
