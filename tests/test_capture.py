@@ -246,6 +246,17 @@ def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, mo
     assert 0 < dry["train/lr"] < 0.01  # the cosine's value after two epochs, not the tensor's initial one
 
 
+def test_the_weights_moving_average_keeps_the_step_captured(run_train, monkeypatch):
+    """callbacks.ema_decay (the sun2021 recipes' default) listens to no per-batch backward/optimizer hook: the
+    step stays captured, and the averaged weights validate as in the eager run."""
+    overrides = [*TOY_FAST, "trainer.max_epochs=2", "callbacks.ema_decay=0.9"]
+    eager = run_train(*overrides)
+    dry = dry_run(run_train, monkeypatch, *overrides)
+    assert dry["train/graph_steps"] > 0
+    for key in ("val/ppl", "test/ppl"):
+        assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
+
+
 def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train, monkeypatch):
     """ReduceLROnPlateau steps after validation, filling the captured step's tensor step size in place."""
     overrides = [*TOY_FAST, "trainer.max_epochs=3", "optimizer=sgd", "optimizer.lr=5.0", "optimizer.lr_decay=0",
