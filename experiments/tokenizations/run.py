@@ -81,6 +81,7 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
         "wall_time_s": round(record["wall_time_s"]),
         "valid_ppl": valid_ppl, "valid_bpb": valid_bpb, "valid_word_ppl": valid_word,
         "valid_tokens": scored["tokens"]["valid"],
+        "valid_oov_rate": (record.get("corpus") or {}).get("valid_oov_rate"),  # tokens mapped to <unk>
         "kn5_valid_ppl": kn["valid"],
     }
     result["kn5_valid_bpb"], result["kn5_valid_word_ppl"] = convert(kn["valid"], valid_bpb, valid_word, valid_ppl)
@@ -120,24 +121,29 @@ def tables(results: Path | None = None) -> str:
     lines = ["Bits per byte: total NLL in bits over the UTF-8 bytes of the scored text; per-word perplexity: "
              "over its whitespace words (`nplm.data.text_units`). Tiny Shakespeare has no test split; its "
              "figures are on the validation split (111,540 characters). KN5: the modified Kneser-Ney 5-gram of the "
-             "row's own tokens (`nplm-mix CKPT --ngram kn5`), same split. * = not finished (a time limit stopped "
-             "it before early stopping); empty = not run yet.", "",
-             "| corpus | tokens | vocabulary | valid ppl per token | valid bits per byte | KN5 bits per byte | "
+             "row's own tokens (`nplm-mix CKPT --ngram kn5`), same split. <unk>: the share of validation tokens "
+             "outside the vocabulary; a word row prices those words' bytes at P(<unk>) instead of spelling them out, "
+             "so its bits per byte are a lower bound beside the open-vocabulary rows (characters, byte-level BPE: "
+             "none). * = not finished (a time limit stopped it before early stopping or the epoch cap); empty = not "
+             "run yet.", "",
+             "| corpus | tokens | vocabulary | <unk> | valid ppl per token | valid bits per byte | KN5 bits per byte | "
              "valid ppl per word | test bits per byte | test ppl per word | epochs / best | s / epoch |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row, (_, corpus, what) in ROWS.items():
         r = rows[row]
         if not r:
-            lines.append(f"| {corpus} | {what} |  |  |  |  |  |  |  |  |  |")
+            lines.append(f"| {corpus} | {what} |  |  |  |  |  |  |  |  |  |  |")
             continue
         star = "" if finished(r) else "*"
-        lines.append(f"| {corpus} | {what}{row_marks(r)} | {fmt(r.get('vocab_size'), ',')} | {r['valid_ppl']:.3f} | "
+        oov = r.get("valid_oov_rate")
+        lines.append(f"| {corpus} | {what}{row_marks(r)} | {fmt(r.get('vocab_size'), ',')} | "
+                     f"{'' if oov is None else format(oov, '.1%')} | {r['valid_ppl']:.3f} | "
                      f"{fmt(r['valid_bpb'], '.4f')} | {fmt(r['kn5_valid_bpb'], '.4f')} | "
                      f"{fmt(r.get('valid_word_ppl'), '.1f')} | {fmt(r.get('test_bpb'), '.4f')} | "
                      f"{fmt(r.get('test_word_ppl'), '.1f')} | {r['epochs']}{star} / {r['best_epoch']} | "
                      f"{r['train_s_per_epoch']:.0f} |")
     lines.append(f"| Tiny Shakespeare | characters: nanoGPT's character Transformer (published, its README) | 65 | "
-                 f"{math.exp(NANOGPT_LOSS):.3f} | {NANOGPT_BPB:.4f} |  |  |  |  |  |  |")
+                 f"0.0% | {math.exp(NANOGPT_LOSS):.3f} | {NANOGPT_BPB:.4f} |  |  |  |  |  |  |")
     lines += ["", *verdicts(rows)]
     for row, (_, corpus, what) in ROWS.items():
         r = rows[row]
@@ -162,6 +168,9 @@ def verdicts(rows: dict) -> list[str]:
         ranking = ", ".join(f"{ROWS[row][2]} {done[row]['valid_bpb']:.4f}" for row in sorted(done, key=lambda x: done[x]["valid_bpb"]))
         line = (f"{corpus}: the NPLM does best on {ROWS[best][2]} ({ranking} valid bits per byte; finished rows "
                 f"only, {len(done)} of {sum(1 for _, c, _ in ROWS.values() if c == corpus)})")
+        if done[best].get("valid_oov_rate"):
+            line += (f", with {done[best]['valid_oov_rate']:.1%} of its validation tokens <unk> (a lower bound: "
+                     "see above)")
         if corpus == "Tiny Shakespeare":
             gap = done[best]["valid_bpb"] - NANOGPT_BPB
             line += f"; {gap:+.3f} bits per byte from nanoGPT's {NANOGPT_BPB:.3f} ({done[best]['valid_bpb'] / NANOGPT_BPB - 1:+.1%})"
