@@ -32,7 +32,7 @@ one matrix product with A's banded Toeplitz matrices M_j[t, t + p - 1] = A_{jp} 
 [B, T + k - w - 1, d]), instead of T matmuls over k - w vectors each; the blocks then run on [B, T, ...]
 rows. (The band's zeros double the multiply-adds, but a dense GEMM runs near the card's peak: the same sums
 as a `conv1d` over the B d channels took 60% of an H200's training step at WikiText-103's shape,
-experiments/bench/gpu_profile.py, and 2.2x the time on a CPU core.) In evaluation the features equal
+experiments/bench/results/h200/gpu_profile_fa1e78b.txt.) In evaluation the features equal
 window mode's (tests/test_blocks.py); in training each token's vector is dropped out once per block,
 the same way for every position that reads it (as in the paper's code), where window mode draws a
 mask per window.
