@@ -48,6 +48,17 @@ def make_fake_brown(root: Path, copies: int = 12) -> Path:
     return root / "nltk_data"
 
 
+def experiment_driver(name: str):
+    """experiments/<name>/run.py imported as a module (the drivers are scripts, not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / name / "run.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def compose_cfg(tmp_path: Path, *overrides: str):
     """The real `conf/train.yaml` with `overrides`, writing under `tmp_path/run`, no W&B by default."""
     defaults = [f"paths.output_dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}",

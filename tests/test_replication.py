@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TOY_FAST, compose_cfg
+from conftest import experiment_driver, REPO, TOY_FAST, compose_cfg
 
 from replication import run_summary, train_row, valid_test
 
@@ -132,13 +132,7 @@ def test_valid_test_cell():
 
 
 def bengio_driver():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "experiments" / "bengio2003" / "run.py"
-    spec = importlib.util.spec_from_file_location("bengio_run", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_driver("bengio2003")
 
 
 def test_every_modern_nplm_row_composes_and_changes_one_part(tmp_path):

@@ -3,7 +3,6 @@ trains a row, scores it beside the Kneser-Ney 5-gram and resumes, on a small tex
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,16 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import experiment_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "tinyshakespeare_char"
 
 
 def driver():
-    spec = importlib.util.spec_from_file_location("ts_run", EXPERIMENT / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_driver("tinyshakespeare_char")
 
 
 def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = True, **extra) -> None:

@@ -3,22 +3,19 @@ with the row's own counts, the table and the verdicts from the result files alon
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from conftest import experiment_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "tokenizations"
 
 
 def driver():
-    spec = importlib.util.spec_from_file_location("tokenizations_run", EXPERIMENT / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return experiment_driver("tokenizations")
 
 
 def result(folder: Path, row: str, bpb: float, **extra) -> None:
