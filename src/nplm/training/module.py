@@ -194,7 +194,7 @@ class LanguageModel(pl.LightningModule):
                      if getattr(type(c), h) is not getattr(pl.Callback, h)]
         listening += [h for h in hooks if getattr(type(self), h) is not getattr(pl.LightningModule, h)]  # a subclass
         return (isinstance(self.trainer.strategy, SingleDeviceStrategy) and not listening
-                and getattr(self.trainer.precision_plugin, "scaler", None) is None)
+                and not has_grad_scaler(self.trainer))
 
     @contextmanager
     def _sync_mode(self, mode: str):
