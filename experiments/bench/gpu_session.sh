@@ -8,6 +8,8 @@
 #            through nplm-train with cuda_graphs=true and NPLM_SYNC_DEBUG=1, each run must replay its
 #            captured step (~4 min);
 #   profile: experiments/bench/gpu_profile.py at the WikiText-103 shape (top kernels by CUDA time) (~1 min);
+#   profile_brown: the same for experiment=sun2021/brown at batch 4,096 (~1 min);
+#   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES) with compile=true too (~4 min).
 #
@@ -56,13 +58,19 @@ for part in ${PARTS//,/ }; do
     profile)
       timeout 100 python3 experiments/bench/gpu_profile.py --shape wikitext103 > "$DEST/gpu_profile.txt" 2>&1
       echo "gpu_profile: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile.txt" | cut -c1-200 ;;
+    profile_brown)  # the brown recipe's step at batch 4,096, eager
+      timeout 100 python3 experiments/bench/gpu_profile.py --shape brown --batch 4096 > "$DEST/gpu_profile_brown.txt" 2>&1
+      echo "gpu_profile brown: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile_brown.txt" | cut -c1-200 ;;
+    alignment)
+      timeout 60 python3 experiments/bench/gpu_alignment.py > "$DEST/gpu_alignment.txt" 2>&1
+      echo "gpu_alignment: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/gpu_alignment.txt" ;;
     compile)
       timeout 280 python3 experiments/bench/gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" --compile \
         --out "$DEST/compile" \
         > "$DEST/gpu_step_compile.txt" 2>&1
       echo "gpu_step --compile: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile/gpu_step.md" 2>/dev/null
       grep -E "error|Error" "$DEST/gpu_step_compile.txt" | tail -n 8 ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, compile"; exit 2 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"

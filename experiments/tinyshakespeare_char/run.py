@@ -121,6 +121,16 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                                "model.window=8", "model.summaries=16"],
                                               "width 384, hidden 1024, a window of 8 and 16 averages of the 120 "
                                               "before it, ", 0.35, gpu=True),
+    # the window-4 rows of 10 epochs again on one GPU, to their end: without and with the weights' moving
+    # average (the recipe's default since issue 40), a second seed of the averaged one, and a wider one
+    "modern-gpu-d256-w4-dropout2-cosine10": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True),
+    "modern-gpu-d256-w4-dropout2-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, ema=0.9995),
+    "modern-gpu-d256-w4-dropout2-cosine10-ema-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, seed=2,
+                                                                 ema=0.9995),
+    "modern-gpu-d384-w4-dropout3-cosine10-ema": cosine_row(["model.embed_dim=384", "model.hidden_dim=1024",
+                                                            "model.window=4", "model.summaries=12"],
+                                                           "width 384, hidden 1024, a window of 4 and 12 averages of "
+                                                           "the 60 before it, ", 0.3, epochs=10, gpu=True, ema=0.9995),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)

@@ -302,6 +302,10 @@ class AdaptiveHead(Head):
             self.capacity_extra = [e + p for e, p in zip(self.capacity_extra, self.overflow_peak.tolist())]
             self.overflow_peak.zero_()
 
+    def graph_sizes(self) -> tuple:
+        """The capacities' growth from past overflows (`check_training`); the calibration is fixed before training."""
+        return tuple(self.capacity_extra)
+
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return self.adaptive.log_prob(features).index_select(1, self.rank)  # [B, V] rank order -> word-id order
 

@@ -128,6 +128,12 @@ class Head(nn.Module):
         with device-side counters reads them here, raises a UserError when they show that its training
         loss went wrong, and may adapt at an epoch's end. Default: nothing to check."""
 
+    def graph_sizes(self) -> tuple:
+        """The host-side sizes (Python numbers) the training loss bakes into a captured CUDA graph besides
+        the batch's shape (`nplm.training.capture`); the graph is captured again when they change at an
+        epoch's end (`check_training`). Default: none."""
+        return ()
+
     def calibrate(self, targets: torch.Tensor) -> None:
         """`targets` [U, T]: a sample of the training split's targets in the units its batches are drawn in
         (U whole blocks of T consecutive tokens, `data.block_size`), before training starts. A head that sizes

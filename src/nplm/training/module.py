@@ -215,8 +215,8 @@ class LanguageModel(pl.LightningModule):
         self._nll_sum = torch.zeros((), dtype=torch.float64, device=self.device)  # sum of per-token NLL
         self._reset_window()
         self._reset_watch()
-        if self._captured is not None:  # captured again each epoch: a head may resize at an epoch's end
-            self._captured.reset()
+        if self._captured is not None:  # captured again only where the head resized at the last epoch's end
+            self._captured.new_epoch(self.head.graph_sizes())
 
     def _reset_watch(self) -> None:
         """Where the first non-finite per-token training loss since the last check is (`_watch_finite`):
