@@ -45,7 +45,7 @@ for part in ${PARTS//,/ }; do
       echo "gpu_step: exit $? after $(( $(date +%s) - START )) s"
       cat "$DEST/gpu_step.md" 2>/dev/null; grep -E "error|Error" "$DEST/gpu_step.txt" | tail -n 8 ;;
     capture)
-      timeout 110 python3 -m pytest -q -rfs --tb=short tests/test_capture.py -k cuda 2>&1 | tail -n 80 > "$DEST/test_capture.txt"
+      timeout 110 python3 -m pytest -q -rfs --tb=short tests/test_capture.py tests/test_aligned.py -k cuda 2>&1 | tail -n 80 > "$DEST/test_capture.txt"
       echo "test_capture: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START )) s"; tail -n 25 "$DEST/test_capture.txt" ;;
     check)
       timeout 230 python3 experiments/bench/gpu_check.py --skip-tests --no-compile --steps 60 --commit "$NPLM_GIT_COMMIT" \

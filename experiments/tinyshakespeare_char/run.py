@@ -131,6 +131,16 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
                                                             "model.window=4", "model.summaries=12"],
                                                            "width 384, hidden 1024, a window of 4 and 12 averages of "
                                                            "the 60 before it, ", 0.3, epochs=10, gpu=True, ema=0.9995),
+    # the averaged row against its overfitting after the 7th epoch: more dropout, more weight decay, a longer
+    # average, a wider hidden layer with more dropout
+    "modern-gpu-d256-w4-dropout3-cosine10-ema": cosine_row(W4, W4_WHAT, 0.3, epochs=10, gpu=True, ema=0.9995),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, weight_decay=0.3,
+                                                               ema=0.9995),
+    "modern-gpu-d256-w4-dropout2-cosine10-ema9998": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, ema=0.9998),
+    "modern-gpu-d256-h1024-w4-dropout3-cosine10-ema": cosine_row([*W4, "model.hidden_dim=1024"],
+                                                                 "width 256, hidden 1024, a window of 4 and 12 "
+                                                                 "averages of the 60 before it, ", 0.3, epochs=10,
+                                                                 gpu=True, ema=0.9995),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)

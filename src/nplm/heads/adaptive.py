@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
+from nplm.fast import aligned
 from nplm.config.rules import Float, IntList
 from nplm.heads import register_head
 from nplm.heads.base import Head, tie_checked, wide
@@ -82,7 +83,7 @@ class TiedRows(nn.Module):
         return rows if self.extra is None else torch.cat([rows, self.extra])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(x, self.weight, self.bias)
+        return aligned.linear(x, self.weight, self.bias)  # (padded to aligned widths on a GPU: nplm.fast.aligned)
 
 
 def auto_cutoffs(vocab_size: int) -> list[int]:
