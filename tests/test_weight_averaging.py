@@ -105,3 +105,24 @@ def test_the_memory_estimate_counts_the_averaged_copy_of_the_weights(tmp_path):
     plain = estimate(compose_cfg(tmp_path, *TOY_FAST), vocab)
     averaged = estimate(compose_cfg(tmp_path, *TOY_FAST, "callbacks.ema_decay=0.999"), vocab)
     assert averaged["total"] - plain["total"] == plain["params"] * FLOAT_BYTES
+
+
+def test_the_average_is_updated_without_lightnings_host_syncs_and_equals_its_update(run_train, tmp_path, monkeypatch):
+    """The direct update (no `AveragedModel.update_parameters`, whose tests of its device-side count sync a GPU)
+    gives Lightning's own averaged weights; where Lightning's averaged model is not what it expects, Lightning's
+    update runs (the fallback)."""
+    from torch.optim.swa_utils import AveragedModel
+
+    from nplm.training import averaging
+
+    original = AveragedModel.update_parameters
+    monkeypatch.setattr(AveragedModel, "update_parameters", lambda *a: pytest.fail("Lightning's update ran"))
+    direct = run_train(*TOY_FAST, "callbacks.ema_decay=0.9")
+    monkeypatch.setattr(AveragedModel, "update_parameters", original)
+    monkeypatch.setattr(averaging, "updates_directly", lambda average: False)
+    lightning = run_train(*TOY_FAST, "callbacks.ema_decay=0.9")
+    a, b = checkpoint(tmp_path / "run"), checkpoint(tmp_path / "call2" / "run")
+    for name, weight in b["state_dict"].items():
+        torch.testing.assert_close(a["state_dict"][name], weight, rtol=1e-6, atol=1e-7, msg=name)
+    assert direct["val/ppl_best"] == pytest.approx(lightning["val/ppl_best"], rel=1e-6)
+    assert averaging.updates_directly(object()) is False

@@ -17,6 +17,13 @@ Lightning calls the callback once per Lightning step, which is `steps_per_execut
 
 the same time constant, 1 / (1 - decay) optimizer steps, with the weights read every k steps; with
 `steps_per_execution=1` it is the update above, after every step.
+
+The update runs without reading the device: Lightning's goes through `AveragedModel.update_parameters`,
+which tests its device-side count (`n_averaged == 0`, `> 0`) on the host, two syncs per Lightning step
+that drain a GPU's queue of captured steps. Here the first update copies and every later one lerps, as
+there, decided by the callback's own host-side count; the count on the device is still advanced. That
+needs Lightning's averaged model (`WeightAveraging._average_model`, a private attribute): checked once,
+and where it is not an `AveragedModel` of parameters, Lightning's own update runs.
 """
 
 from __future__ import annotations
@@ -27,6 +34,15 @@ import pytorch_lightning as pl
 import torch
 
 from nplm.errors import UserError
+
+
+def updates_directly(average: Any) -> bool:
+    """Whether `average` (Lightning's `WeightAveraging._average_model`) is what the direct update expects: a
+    torch `AveragedModel` averaging its parameters only, with its device-side count `n_averaged`."""
+    from torch.optim.swa_utils import AveragedModel
+
+    return (isinstance(average, AveragedModel) and not average.use_buffers
+            and isinstance(getattr(average, "n_averaged", None), torch.Tensor))
 
 
 def ema_callback(decay: float) -> pl.Callback:
@@ -45,10 +61,29 @@ def ema_callback(decay: float) -> pl.Callback:
             self.decay = decay
             self._weight = 1 - decay  # 1 - decay^k, for the k optimizer steps since the last update
             self._updated_at = 0  # trainer.global_step at the last update; saved with the callback's state
+            self._direct: bool | None = None  # whether on_train_batch_end updates without Lightning's syncs
 
         def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor) -> None:
             for a, c in zip(averaged, current):
                 a.lerp_(c, self._weight)  # a + w (c - a) = (1 - w) a + w c
+
+        def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                               batch_idx: int) -> None:
+            """After a Lightning step: Lightning's update (first a copy, then the average) without a host sync."""
+            if self._direct is None:  # checked once (module docstring)
+                self._direct = updates_directly(getattr(self, "_average_model", None))
+            if not self._direct:
+                return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+            first = self._updated_at == 0  # no update yet (a resumed run restores the count)
+            if trainer.global_step <= self._updated_at or not self.should_update(step_idx=trainer.global_step - 1):
+                return
+            average = self._average_model
+            with torch.no_grad():
+                for a, c in zip(average.parameters(), pl_module.parameters()):
+                    a.copy_(c) if first else a.lerp_(c, self._weight)
+                for a, c in zip(average.module.buffers(), pl_module.buffers()):  # buffers follow, as in torch's
+                    a.copy_(c)
+                average.n_averaged += 1
 
         def should_update(self, step_idx: int | None = None, epoch_idx: int | None = None) -> bool:
             """After optimizer steps (`step_idx`: the last one's zero-based index), never at an epoch's
