@@ -78,7 +78,7 @@ def test_the_modern_nplm_and_the_tied_adaptive_head_train_the_same_padded(monkey
         return loss.detach(), [p.grad.clone() for p in lm.parameters()]
 
     plain = loss_and_grads()
-    monkeypatch.setattr(aligned, "enabled", lambda x: True)
+    monkeypatch.setattr(aligned, "PADDED_DEVICES", {"cpu", "cuda"})
     pads, pad = [], F.pad
     monkeypatch.setattr(F, "pad", lambda t, *a, **k: pads.append(tuple(t.shape)) or pad(t, *a, **k))
     padded = loss_and_grads()
@@ -93,3 +93,25 @@ def test_on_cuda_under_bf16_autocast_the_padded_linear_is_f_linear():
         got = aligned.linear(x, w, b)
         want = F.linear(x, w, b)
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_flops_counted_for_mfu_leave_the_padding_out(monkeypatch):
+    """A step's FLOPs (nplm.training.flops) are the model's: the same with the padding on as off."""
+    from nplm.training.flops import count_step_flops
+
+    x, w1, w2 = tensors((6, 410), (2100, 410), (410, 2100))
+    model = torch.nn.Sequential(torch.nn.Linear(410, 2100), torch.nn.ReLU(), torch.nn.Linear(2100, 410))
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(21, 410))
+
+        def loss(self, features, target):
+            return aligned.linear(features, self.w).logsumexp(-1)  # [B]
+
+    plain = count_step_flops(model, Head(), torch.randn(6, 410), torch.zeros(6, dtype=torch.long))
+    monkeypatch.setattr(aligned, "PADDED_DEVICES", {"cpu", "cuda"})
+    assert aligned.enabled(x)
+    padded = count_step_flops(model, Head(), torch.randn(6, 410), torch.zeros(6, dtype=torch.long))
+    assert padded == plain > 0

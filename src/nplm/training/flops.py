@@ -5,7 +5,7 @@ batch of the run's training shape under `torch.utils.flop_counter.FlopCounterMod
 matrix products (mm, addmm, bmm, baddbmm: 2 m n k each) and nothing elementwise (activations, the
 softmax, the optimizer's update). Where nplm trains through `nplm.fast.backprop` (the CPU's hand-written
 gradients), the count is autograd's for the same step: the arithmetic the step needs, not the kernels
-that ran. The batch is drawn from the training windows with a generator of its own, the run's random
+that ran; the zero padding of `nplm.fast.aligned` on a GPU is left out (its `unpadded`). The batch is drawn from the training windows with a generator of its own, the run's random
 number generators are forked around it (dropout, sampled heads) and the gradients it makes are
 dropped, so a run trains exactly as without the count.
 
@@ -31,6 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nplm.data.blocks import Blocks
 from nplm.data.windows import Windows
+from nplm.fast import aligned
 from nplm.training.peak import Peak, device_peak, precision_of
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, t
         p.grad = None
     gpus = [context.device] if context.device.type == "cuda" else []
     try:
-        with torch.random.fork_rng(devices=gpus), FlopCounterMode(display=False, custom_mapping=extra_formulas()) as c:
+        with (torch.random.fork_rng(devices=gpus), aligned.unpadded(),  # the model's arithmetic, not the padding's
+              FlopCounterMode(display=False, custom_mapping=extra_formulas()) as c):
             model.train(), head.train()
             head.loss(*(features or (lambda c, t: (model(c), t)))(context, target)).mean().backward()
     finally:
