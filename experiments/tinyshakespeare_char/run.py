@@ -23,7 +23,9 @@ how far the seed moves it), `modern-d256-w8-dropout2-cosine10-ema` (the 10-epoch
 checkpointed and scored on an exponential moving average of its weights, decay 0.9995 per step),
 `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs), `modern-d256-w4-dropout2-cosine10`
 (the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as the window-8 row's), and
-the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one). For each
+the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
+contexts, and the window-4 row again with and without the average, with a second seed, and with more
+dropout, weight decay 0.3, a longer average or wider layers against its overfitting). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
