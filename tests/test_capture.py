@@ -397,12 +397,55 @@ def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, m
 
 
 @CUDA
+def test_the_reduce_overhead_mode_on_cuda_trains_as_the_eager_step():
+    """NPLM_COMPILE_MODE=reduce-overhead on a GPU, as training_step drives it (a cudagraph step per batch, the
+    losses copied out): the modern NPLM with the adaptive head trains as the eager loop does (fp32, no dropout)."""
+    from torch._inductor import config
+
+    data = batches(device="cuda")
+    eager = language_model("modern", "adaptive", dropout=0.0).cuda()
+    compiled = copy.deepcopy(eager)
+    want = train_eager(eager, data)
+    loss = torch.compile(compiled._train_loss, fullgraph=True, mode="reduce-overhead")
+    optimizer, schedule = optimizer_of(compiled)
+    got = []
+    with config.patch(fallback_random=True):
+        for context, target in data:
+            torch.compiler.cudagraph_mark_step_begin()
+            nll = loss(context, target)
+            nll.mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+            got.append(nll.detach().clone().sum(dtype=torch.float64))
+    assert [g.item() for g in got] == pytest.approx(want, rel=1e-3)
+
+
+@CUDA
 def test_a_compiled_step_on_cuda_is_not_captured():
     """compile=true on CUDA: not captured (on an H200 with torch 2.11 the capture failed and left the CUDA
     generator refusing random ops); the run says so in one line."""
     lm = language_model("modern", "adaptive").cuda()
     why = capture_blocker(lm, build_optimizer(lm, {"name": "adamw", "lr": 0.01}), 1, True, True, compiled=True)
     assert why.startswith("compile=true (inductor's step failed to capture on CUDA")
+
+
+def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(run_train, compile_backend,
+                                                                              monkeypatch):
+    """NPLM_COMPILE_MODE=reduce-overhead (torch.compile's own CUDA graphs): every training batch starts a new
+    cudagraph step and its losses are copied out before the next one reuses the graph's memory; nplm's own
+    capture stays off. On the CPU the mode captures nothing: the same perplexities as the plain compiled run."""
+    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true"]
+    plain = run_train(*overrides)
+    torch._dynamo.reset()
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    monkeypatch.setenv("NPLM_COMPILE_MODE", "reduce-overhead")
+    trees = dry_run(run_train, monkeypatch, *overrides)
+    assert len(marks) == full_batches(trees) + 1  # each batch, the last partial one too
+    assert "train/graph_steps" not in trees  # nplm's capture is off
+    for key in ("train/ppl", "val/ppl"):
+        assert trees[key] == pytest.approx(plain[key], rel=1e-5), key
 
 
 def test_a_compiled_step_on_the_cpu_keeps_the_dry_capture():

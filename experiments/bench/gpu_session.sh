@@ -11,7 +11,8 @@
 #   profile_brown: the same for experiment=sun2021/brown at batch 4,096 (~1 min);
 #   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
-#   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES) with compile=true too (~4 min).
+#   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES) with compile=true too, in torch.compile's
+#            default mode and in its reduce-overhead mode (~4 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
 #

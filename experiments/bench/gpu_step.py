@@ -47,6 +47,8 @@ SHAPES = {
     "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
                     "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
 }
+PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name, cuda_graphs, compile, compile mode
+         ("compiled", True, True, None), ("compiled, reduce-overhead", True, True, "reduce-overhead")]
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -173,7 +175,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}")
     parser.add_argument("--batches", default=None, help="brown's batch sizes (default 256,1024,4096)")
-    parser.add_argument("--compile", action="store_true", help="nplm-train with compile=true too (inductor)")
+    parser.add_argument("--compile", action="store_true",
+                        help="nplm-train with compile=true too (inductor), in torch.compile's default mode (nplm's "
+                             "capture is off with it on CUDA) and in its reduce-overhead mode (env NPLM_COMPILE_MODE)")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "bench" / "results")
     parser.add_argument("--dry-run", action="store_true", help="compose the configs, build the model; no GPU")
     args = parser.parse_args()
@@ -197,11 +201,15 @@ def main() -> None:
                 steps = steps_for(shape, batch, whole=True)
                 row = {"shape": shape, "vocab": spec["vocab"], "batch": batch, "steps": steps,
                        "eager_steps": steps_for(shape, batch, whole=False)}
-                for name, graphs, compile_ in [("eager", False, False), ("captured", True, False),
-                                               *([("captured+compile", True, True)] if args.compile else [])]:
+                for name, graphs, compile_, mode in PATHS[: 4 if args.compile else 2]:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
+                    if mode:  # a run folder of its own (nplm-train skips a finished run)
+                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-{mode}"
                     if args.dry_run:
                         continue
+                    os.environ.pop("NPLM_COMPILE_MODE", None)
+                    if mode:  # nplm.training.module.LanguageModel.compile_training_step
+                        os.environ["NPLM_COMPILE_MODE"] = mode
                     try:
                         row[name] = nplm_train(cfg)
                     except Exception as err:  # noqa: BLE001 - the table names it
@@ -252,7 +260,7 @@ def table(rows: list[dict]) -> list[str]:
              "of the reference |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         ref = row.get("reference", {}).get("tokens_per_s")
-        for name in ("eager", "captured", "captured+compile", "reference"):
+        for name in [p[0] for p in PATHS] + ["reference"]:
             m = row.get(name)
             if m is None:
                 continue

@@ -110,6 +110,7 @@ class LanguageModel(pl.LightningModule):
         self.step_options = StepOptions()  # nplm-train sets them from the trainer config (nplm.training.execution)
         self.train_batches: int | None = None  # batches per training epoch, when known (progress lines)
         self._compiled = False  # compile_training_step was called
+        self._cudagraph_trees = False  # the compiled step in torch.compile's reduce-overhead mode (its own CUDA graphs)
         self.cuda_graphs = True  # capture the training step on a CUDA device (config key cuda_graphs)
         self._captured: CapturedStep | None = None
         self.flops: FlopReport | None = None  # the training step's FLOPs and the device's peak (FlopCount)
@@ -134,10 +135,17 @@ class LanguageModel(pl.LightningModule):
         """`compile=true`: the model + head training loss through `torch.compile(fullgraph=True)`
         (a graph break fails loudly: it is a bug, and on a GPU often a host-device sync). `backend`:
         torch.compile's, default env `NPLM_COMPILE_BACKEND` or "inductor" (tests use "aot_eager":
-        the same graph capture, no code generation)."""
+        the same graph capture, no code generation).
+
+        Env `NPLM_COMPILE_MODE=reduce-overhead` (an experiment, not yet measured on a GPU: experiments/bench/
+        gpu_step.py --compile): torch.compile's mode that replays the compiled forward and backward as its own
+        CUDA graphs (cudagraph trees), the optimizer update running eagerly after them; nplm's capture of the
+        whole step is then off (the two captures do not nest)."""
         backend = backend or os.environ.get("NPLM_COMPILE_BACKEND", "inductor")
-        self._train_loss = torch.compile(self._train_loss, fullgraph=True, backend=backend)
+        mode = os.environ.get("NPLM_COMPILE_MODE") or None
+        self._train_loss = torch.compile(self._train_loss, fullgraph=True, backend=backend, mode=mode)
         self._compiled = True
+        self._cudagraph_trees = mode == "reduce-overhead"
 
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.loss(*self.features(context, target))  # [N]
@@ -171,6 +179,10 @@ class LanguageModel(pl.LightningModule):
         where the configuration cannot be captured: eager steps."""
         dry = os.environ.get("NPLM_CAPTURE_DRY") == "1"
         if not self.cuda_graphs or (self.device.type != "cuda" and not dry):
+            return None
+        if self._cudagraph_trees:  # torch.compile captures its own graphs (compile_training_step)
+            log.info("cuda_graphs: compile=true in torch.compile's reduce-overhead mode captures the compiled forward "
+                     "and backward itself; the optimizer update runs after them")
             return None
         optimizer = self.optimizers().optimizer
         options = self.step_options
@@ -255,7 +267,8 @@ class LanguageModel(pl.LightningModule):
         steps_before = self.global_step
         last = len(batches) - 1 if self.trainer.is_last_batch else -1
         captured = self._captured
-        with self._sync_mode("error" if self.global_step > 0 else "default"):  # the first step compiles
+        # the first step compiles (and records, in the reduce-overhead mode, on the next two)
+        with self._sync_mode("error" if self.global_step > (2 if self._cudagraph_trees else 0) else "default"):
             for i, (context, target) in enumerate(batches):
                 if 0 < max_steps <= self.global_step:
                     break
@@ -272,6 +285,8 @@ class LanguageModel(pl.LightningModule):
                         nll = backprop.train_loss(self.model, self.head, context, target,
                                                   1 / (len(target) * accumulate))
                     else:
+                        if self._cudagraph_trees:  # a new step: the graphs' outputs of the last one are reused
+                            torch.compiler.cudagraph_mark_step_begin()
                         nll = self._train_loss(context, target)  # [N]
                         loss = nll.mean() / accumulate
                         loss.backward() if self._direct else self.manual_backward(loss)
@@ -279,7 +294,7 @@ class LanguageModel(pl.LightningModule):
                     stepped = self._epoch_batches % accumulate == 0 or i == last  # (a partial last one)
                     if stepped:
                         self._optimizer_step(optimizer, schedulers)
-                    nlls.append(nll.detach())
+                    nlls.append(nll.detach().clone() if self._cudagraph_trees else nll.detach())
                 done += 1
                 tokens += target.numel()
                 self._unchecked_tokens += target.numel()
