@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import torch
 
 from nplm.tracking.records import checkout_state
+from nplm.training.peak import device_name
 
 
 def commit() -> str:
@@ -25,12 +25,7 @@ def commit() -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = device_name(torch.device("cpu"))  # the CPU's model name
     load = f", load average {os.getloadavg()[0]:.2f} at the start" if hasattr(os, "getloadavg") else ""
     return (f"{cpu}, {os.cpu_count()} CPUs{load}; torch {torch.__version__}, {torch.get_num_threads()} torch threads")
 
