@@ -10,15 +10,21 @@ from torch.nn import functional as F
 from nplm.fast import aligned
 
 
+@pytest.fixture
+def padded_on_the_cpu(monkeypatch):
+    """`aligned.linear` pads on the CPU too (as on a GPU)."""
+    monkeypatch.setattr(aligned, "PADDED_DEVICES", {"cpu", "cuda"})
+
+
 def tensors(*shapes, dtype=torch.float64):
     torch.manual_seed(0)
     return [torch.randn(*s, dtype=dtype, requires_grad=True) for s in shapes]
 
 
 @pytest.mark.parametrize("rows,in_f,out_f", [(7, 410, 21), (3, 16, 13), (5, 13, 16), (4, 8, 8)])
-def test_the_padded_linear_gives_f_linear_values_and_gradients(rows, in_f, out_f):
+def test_the_padded_linear_gives_f_linear_values_and_gradients(padded_on_the_cpu, rows, in_f, out_f):
     x, w, b = tensors((2, rows, in_f), (out_f, in_f), (out_f,))
-    got = aligned.linear(x, w, b, force=True)
+    got = aligned.linear(x, w, b)
     want = F.linear(x, w, b)
     assert got.shape == want.shape == (2, rows, out_f)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
@@ -27,22 +33,22 @@ def test_the_padded_linear_gives_f_linear_values_and_gradients(rows, in_f, out_f
                                torch.autograd.grad((want * g).sum(), (x, w, b)), rtol=1e-12, atol=1e-12)
 
 
-def test_keep_padding_adds_zero_columns_a_following_linear_takes():
+def test_keep_padding_adds_zero_columns_a_following_linear_takes(padded_on_the_cpu):
     """The feed-forward block of the modern NPLM: W2 relu(W1 x + b1) + b2 with the hidden padded once."""
     x, w1, b1, w2, b2 = tensors((6, 410), (2100, 410), (2100,), (410, 2100), (410,))
-    hidden = torch.relu(aligned.linear(x, w1, b1, keep_padding=True, force=True))
+    hidden = torch.relu(aligned.linear(x, w1, b1, keep_padding=True))
     assert hidden.shape == (6, 2104) and hidden[:, 2100:].abs().max().item() == 0.0
-    got = aligned.linear(hidden, w2, b2, force=True)
+    got = aligned.linear(hidden, w2, b2)
     want = F.linear(torch.relu(F.linear(x, w1, b1)), w2, b2)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(torch.autograd.grad(got.sum(), (x, w1, b1, w2, b2)),
                                torch.autograd.grad(want.sum(), (x, w1, b1, w2, b2)), rtol=1e-12, atol=1e-12)
 
 
-def test_under_autocast_the_padded_copy_is_the_half_precision_one():
+def test_under_autocast_the_padded_copy_is_the_half_precision_one(padded_on_the_cpu):
     x, w, b = tensors((5, 410), (21, 410), (21,), dtype=torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got = aligned.linear(x, w, b, force=True)
+        got = aligned.linear(x, w, b)
         want = F.linear(x, w, b)
     assert got.dtype == want.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)

@@ -56,11 +56,11 @@ def unpadded():
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           keep_padding: bool = False, force: bool = False) -> torch.Tensor:
+           keep_padding: bool = False) -> torch.Tensor:
     """F.linear(x, weight, bias) for x [..., in] (or [..., in + zero padding], from `keep_padding`), weight
     [out, in], bias [out] -> [..., out] ([..., out rounded up to 8] with `keep_padding`, the added columns
-    zero). `force`: pad on any device (the CPU tests). Where it does not pad, x is [..., in]: F.linear."""
-    if not (force or enabled(x)) or aligned(x, weight):
+    zero). Where it does not pad (`enabled`), x is [..., in]: F.linear."""
+    if not enabled(x) or aligned(x, weight):
         return F.linear(x, weight, bias)
     out_f, in_f = weight.shape
     width, out_w = _up(x.shape[-1]), _up(out_f)

@@ -15,8 +15,8 @@ registers: every replay draws new numbers. Autocast (bf16-mixed) is captured wit
 The graph lives across epochs; it is captured again at an epoch's start only where the head changed
 the host-side sizes it bakes in (`Head.graph_sizes`: the adaptive head's cluster capacities grow at an
 epoch's end after an overflow). Capturing costs 3 eager warm-up steps and the capture itself, about
-0.1 s on an H200 at brown's shapes: per epoch, as much as 90 replayed steps. A batch of another shape (a last partial one)
-trains eagerly through the same step function. A capture that fails leaves one log line and the run
+0.1 s on an H200 at brown's shapes: per epoch, as much as 90 replayed steps. A batch of another shape
+(a last partial one) trains eagerly through the same step function. A capture that fails leaves one log line and the run
 trains eagerly. `dry=True` (env NPLM_CAPTURE_DRY=1 in nplm-train) runs the same step function on the
 same static buffers without a graph, on any device: the CPU tests check it against the eager step.
 """

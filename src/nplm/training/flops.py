@@ -5,9 +5,10 @@ batch of the run's training shape under `torch.utils.flop_counter.FlopCounterMod
 matrix products (mm, addmm, bmm, baddbmm: 2 m n k each) and nothing elementwise (activations, the
 softmax, the optimizer's update). Where nplm trains through `nplm.fast.backprop` (the CPU's hand-written
 gradients), the count is autograd's for the same step: the arithmetic the step needs, not the kernels
-that ran; the zero padding of `nplm.fast.aligned` on a GPU is left out (its `unpadded`). The batch is drawn from the training windows with a generator of its own, the run's random
-number generators are forked around it (dropout, sampled heads) and the gradients it makes are
-dropped, so a run trains exactly as without the count.
+that ran; the zero padding of `nplm.fast.aligned` on a GPU is left out (its `unpadded`). The batch is
+drawn from the training windows with a generator of its own, the run's random number generators are
+forked around it (dropout, sampled heads) and the gradients it makes are dropped, so a run trains
+exactly as without the count.
 
     MFU = FLOPs per training token x training tokens per second / peak FLOP/s of the devices
 
