@@ -19,22 +19,17 @@
 # COMMIT (default $NPLM_GIT_COMMIT, else unknown): the commit checked (the device copy has no .git).
 # PARTS (default step,capture,check): comma-separated, run in that order.
 # Missing Python packages (hydra-core, omegaconf, antlr4-python3-runtime, nltk) are installed from .whl/
-# when present (fetch them here with `pip download` as /work/.library/device/README.md says; carry .whl).
+# when present (experiments/device_env.sh).
 # Results go to $OUT (the device machine's) or outputs/gpu_session: gpu_step.json, gpu_step.md,
 # test_capture.txt, gpu_check.md and each part's log.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 START=$(date +%s)
 export NPLM_GIT_COMMIT=${1:-${NPLM_GIT_COMMIT:-unknown}}
-# the device copy's .git (where one travels) can be older than the tree sent: the commit given names the code
-if [ -n "${1:-}" ] && [ "$(git rev-parse HEAD 2>/dev/null | cut -c1-${#1})" != "$1" ]; then export GIT_DIR=/nonexistent; fi
 DEST=${OUT:-outputs/gpu_session}
 mkdir -p "$DEST"
-if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
+source experiments/device_env.sh "${1:-}"  # a stale .git hidden, the wheels, PYTHONPATH
+export OMP_NUM_THREADS=4
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
 
 PARTS=${2:-step,capture,check}

@@ -12,7 +12,8 @@
 # Results: experiments/morin2005/results/*.json and README.md, as run.py writes them; with $OUT set
 #   (the device machine), $OUT/morin_results.tgz holds them with every row's log and run record, and
 #   $OUT/driver.log the driver's own lines.
-# Missing Python packages (hydra-core, omegaconf, antlr4, nltk) are installed from .whl/ when present.
+# Missing Python packages (hydra-core, omegaconf, antlr4, nltk) are installed from .whl/ when present
+# (experiments/device_env.sh).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_S=${1:-1100}
@@ -20,11 +21,8 @@ PARALLEL=${2:-12}
 EXTRA=${3:-}
 : "${NLTK_DATA:?set NLTK_DATA to a folder holding corpora/brown.zip and corpora/wordnet.zip}"
 START=$(date +%s)
-if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+source experiments/device_env.sh  # the wheels, PYTHONPATH
+export OMP_NUM_THREADS=1
 DEST=${OUT:-outputs}
 mkdir -p "$DEST" outputs/morin2005
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/driver.log"

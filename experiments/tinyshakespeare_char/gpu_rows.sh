@@ -12,20 +12,13 @@
 # Results: experiments/tinyshakespeare_char/results/<row>.json; with $OUT set (the device machine),
 #   $OUT/ts_results.tgz holds them with every row's log and run record.
 # Missing Python packages (hydra-core, omegaconf, antlr4, nltk) are installed from .whl/ when present;
-# NPLM_GIT_COMMIT names the commit where the copy has no .git or an older one.
+# NPLM_GIT_COMMIT names the commit where the copy has no .git or an older one (experiments/device_env.sh).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_S=${1:-1100}
 START=$(date +%s)
-# the device copy's .git (where one travels) can be older than the tree sent: NPLM_GIT_COMMIT names the code
-if [ -n "${NPLM_GIT_COMMIT:-}" ] && [ "$(git rev-parse HEAD 2>/dev/null | cut -c1-${#NPLM_GIT_COMMIT})" != "$NPLM_GIT_COMMIT" ]; then
-  export GIT_DIR=/nonexistent
-fi
-if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} WANDB_MODE=disabled OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+source experiments/device_env.sh "${NPLM_GIT_COMMIT:-}"  # a stale .git hidden, the wheels, PYTHONPATH
+export OMP_NUM_THREADS=1
 ROWS=${2:-$(python3 -c "
 import runpy; print(','.join(r for r in runpy.run_path('experiments/tinyshakespeare_char/run.py')['ROWS'] if r.startswith('modern-gpu-')))")}
 mkdir -p outputs/tinyshakespeare_char
