@@ -215,7 +215,8 @@ def test_a_partial_batch_after_the_warm_up_trains_eagerly_and_is_not_captured():
 
 def test_a_head_without_host_side_sizes_says_none():
     assert language_model("nplm", "softmax").head.graph_sizes() == ()
-    assert language_model("nplm", "adaptive").head.graph_sizes() == (0,) * len(language_model("nplm", "adaptive").head.capacity_extra)
+    adaptive = language_model("nplm", "adaptive").head
+    assert adaptive.graph_sizes() == (0,) * len(adaptive.capacity_extra)
 
 
 @pytest.mark.parametrize("overrides,reason", [
