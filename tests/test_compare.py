@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nplm.cli.compare import find_jobs, group_seeds, main, plots, table
+from nplm.cli.compare import Stat, find_jobs, group_seeds, main, plots, table
 
 HISTORY = ["epoch", "step", "train/ppl", "val/ppl", "val/ppl_best"]
 
@@ -219,3 +220,11 @@ def test_runs_with_bits_per_byte_get_its_plots_too(tmp_path, monkeypatch):
     assert by_size.get_ylabel() == "best validation bits per byte (mean ± std)"
     assert sorted(by_size.lines[0].get_ydata()) == [2.3, 2.4]
     assert [list(line.get_ydata()) for line in figures[3].axes[0].get_lines()] == [[2.8, 2.5, 2.4], [2.9, 2.6, 2.3]]
+
+
+def test_seeds_with_an_infinite_perplexity_have_a_mean_and_no_spread():
+    # a seed whose validation never improved on inf (or diverged): statistics.stdev raised AttributeError on it
+    stat = Stat.of([12.0, math.inf, None])
+    assert (stat.mean, stat.std, stat.n) == (math.inf, None, 2)
+    assert str(stat) == "inf"
+    assert Stat.of([10.0, 14.0]).std == pytest.approx(8 ** 0.5)

@@ -55,7 +55,8 @@ TEXT_FIGURES = {"val/bpb_best": ("val bpb (best)", "val_bpb", ".4f"), "test/bpb"
 
 @dataclass
 class Stat:
-    """mean, sample std (None for n < 2) and n of the values that exist."""
+    """mean, sample std (None for n < 2, or when a value is infinite: a diverged run's) and n of the values
+    that exist."""
 
     mean: float | None
     std: float | None
@@ -66,7 +67,8 @@ class Stat:
         xs = [float(v) for v in values if v is not None and not math.isnan(v)]
         if not xs:
             return cls(None, None, 0)
-        return cls(statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None, len(xs))
+        spread = len(xs) > 1 and all(math.isfinite(x) for x in xs)
+        return cls(statistics.fmean(xs), statistics.stdev(xs) if spread else None, len(xs))
 
     def __str__(self) -> str:
         if self.mean is None:
