@@ -4,6 +4,7 @@ batch per step, with every trainer option that counts batches still counting bat
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import pytest
@@ -117,6 +118,15 @@ def test_clipping_with_a_fused_optimizer_under_bf16_mixed_trains(tmp_path):
 def test_max_steps_stops_at_that_optimizer_step(tmp_path):
     _train(tmp_path, "steps_per_execution=16", "+trainer.max_steps=7")
     assert _checkpoint(tmp_path)["global_step"] == 7
+
+
+def test_a_run_stopped_before_any_validation_records_no_best_perplexity(tmp_path):
+    """max_steps inside the quick start's first epoch (6,972 batches): metrics.json's val/ppl_best is null (it
+    was Infinity, which is not JSON), the test split scored on the last weights."""
+    metrics = train(compose_cfg(tmp_path, "experiment=quickstart", "+trainer.max_steps=20", "logger=none"))
+    assert metrics["val/ppl_best"] is None and math.isfinite(metrics["test/ppl"])
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text(), parse_constant=lambda name: name)
+    assert record["metrics"]["val/ppl_best"] is None
 
 
 def test_logged_steps_count_optimizer_steps(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -172,7 +173,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         if dm.has_split("test"):
             # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
-        metrics["val/ppl_best"] = module.best_val_ppl
+        validated = math.isfinite(module.best_val_ppl)  # not when max_steps ended the run before any validation
+        metrics["val/ppl_best"] = module.best_val_ppl if validated else None  # null in metrics.json, not Infinity
         metrics.update(module.best_val_figures())
         if module.flops is not None:
             metrics.update(module.flops.metrics())
@@ -182,7 +184,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
                                                   if k.startswith(("val/", "test/", "train/", "device/"))})
-        log.info("val/ppl_best %.3f  test/ppl %s  (%s)", module.best_val_ppl,
+        log.info("val/ppl_best %s  test/ppl %s  (%s)", f"{module.best_val_ppl:.3f}" if validated else "- (no validation ran)",
                  f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
         failed = False
         return metrics
