@@ -303,18 +303,43 @@ def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_in_a_multirun_a_bad_job_fails_alone_and_records_its_error(tmp_path):
+def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
+    """Every job of a sweep is composed and checked before the first starts: the second job's mistake does not
+    wait for the first to train (nor does a cross-key one, nor one Lightning refuses, nor one of a preset sweep)."""
+    for sweep, args, message in [
+            ("a", ["trainer.max_epochs=1,0"],  # (nothing trains, the toy corpus's default settings suffice)
+             "trainer.max_epochs=0: must be an integer >= 1 (-1, endless training, is refused) (job #1 of the sweep's 2"),
+            ("b", ["model=modern", "head=softmax,class_based", "model.tie_embeddings=true"],
+             "model.tie_embeddings=true: head=class_based has no output vector per word"),
+            ("c", [f"trainer.devices=1,{cpu_cores() + 1}"], f"trainer.devices={cpu_cores() + 1}: at most {cpu_cores()}"),
+            ("d", ["+sweep=seeds", "optimizer.lr=-1"],
+             "optimizer.lr=-1: must be a finite number > 0 (job #0 of the sweep's 5; no job has started)")]:
+        result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", *args, "logger=none",
+                                 f"hydra.sweep.dir={tmp_path / sweep}"], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert result.returncode == 2, result.stderr
+        assert [line[:len("nplm: error: " + message)] for line in errors(result)] == ["nplm: error: " + message]
+        assert errors(result)[0].endswith("; no job has started)")
+        assert not (tmp_path / sweep).exists()
+
+
+@pytest.mark.slow
+def test_in_a_multirun_a_job_whose_data_is_bad_fails_alone_and_records_its_error(tmp_path):
+    (tmp_path / "train.txt").write_text("the cat sat on the mat\n" * 50)
+    (tmp_path / "empty.txt").write_text("")
     sweep = tmp_path / "sweep"
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", *TOY_FAST, "trainer.max_epochs=1,0",
+    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", *TOY_FAST, "corpus=text_files",
+                             f"corpus.train={tmp_path / 'train.txt'}",
+                             f"corpus.valid={tmp_path / 'train.txt'},{tmp_path / 'empty.txt'}", "trainer.max_epochs=1",
                              "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 1
-    assert "nplm: error: trainer.max_epochs=0: must be an integer >= 1 (-1, endless training, is refused)" \
-        in result.stderr.splitlines()
+    message = f"corpus.valid={tmp_path / 'empty.txt'}: the file is empty (0 bytes, no text)"
+    assert any(line.startswith("nplm: error: " + message) for line in result.stderr.splitlines())
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished" and ok["metrics"]["val/ppl_best"] > 1
-    assert bad["status"] == "failed" and bad["error"].startswith("trainer.max_epochs=0: must be an integer >= 1")
+    assert bad["status"] == "failed" and bad["error"].startswith(message)
 
 
 def python(code: str) -> subprocess.CompletedProcess:

@@ -71,8 +71,12 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
 @pytest.mark.slow
 def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, capsys):
     sweep = tmp_path / "sweep"
-    args = ["-m", "corpus=toy", "model.embed_dim=8,-1", "trainer.max_epochs=1", "logger=none", "threads=1",
-            f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"]
+    train_text, empty = tmp_path / "train.txt", tmp_path / "empty.txt"
+    train_text.write_text("the cat sat on the mat\n" * 50)
+    empty.write_text("")  # a job whose data is bad fails alone (a bad setting stops the sweep before any job)
+    args = ["-m", "corpus=text_files", f"corpus.train={train_text}", f"corpus.valid={train_text},{empty}",
+            "model.embed_dim=8", "trainer.max_epochs=1", "logger=none", "threads=1", f"hydra.sweep.dir={sweep}",
+            f"paths.data_dir={tmp_path}"]
     first = nplm_train(tmp_path, *args)
     assert first.returncode == 1
     log = first.stdout + first.stderr  # not a terminal: plain per-epoch lines, no progress bar
@@ -80,8 +84,10 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     assert "1 job(s) of the sweep failed" in first.stderr
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished"
-    assert bad == {"status": "failed", "error": "model.embed_dim=-1: must be an integer >= 1",
-                   "overrides": ["corpus=toy", "logger=none", "model.embed_dim=-1", "paths.data_dir=" + str(tmp_path),
+    error = f"corpus.valid={empty}: the file is empty (0 bytes, no text); give corpus.valid a file with text"
+    assert bad == {"status": "failed", "error": error,
+                   "overrides": ["corpus.train=" + str(train_text), "corpus.valid=" + str(empty), "corpus=text_files",
+                                 "logger=none", "model.embed_dim=8", "paths.data_dir=" + str(tmp_path),
                                  "trainer.max_epochs=1"]}  # threads=1 does not change what is trained
     stamp = (sweep / "0" / "metrics.json").stat().st_mtime
     again = nplm_train(tmp_path, *args)
@@ -93,7 +99,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
     compare_main([str(sweep), "--markdown", str(tmp_path / "t.md"), "--csv", str(tmp_path / "t.csv"),
                   "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
-    assert "failed: model.embed_dim=-1: must be an integer >= 1" in out
+    assert f"failed: {error[:120]}" in out  # (the table's status column shows an error's first 120 characters)
     assert (tmp_path / "t.md").read_text().count("\n") == 4
     assert (tmp_path / "plots" / "learning_curves.png").stat().st_size > 1000
 

@@ -10,6 +10,8 @@ read from their modules, which import torch).
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
 import re
@@ -114,27 +116,87 @@ def check_overrides(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
 
 
 def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
-    """Compose the config of a single run (as Hydra will) and check it against the schema before torch
-    loads. A composition error becomes one line: above all a key that exists only in another option of
-    its group (`head.node_dim=4` while head is softmax), which Hydra reports in five lines with exit 1.
-    In a multirun (`-m`) only the first job's composition is checked here (its values are checked per
-    job by `nplm.training.train.train`, so that a bad job fails alone)."""
+    """Compose the config of a single run, or of every job of a `-m` sweep, as Hydra will, and check each
+    against the schema before any job starts (a sweep with a mistake in its last job runs none). A
+    composition error becomes one line: above all a key that exists only in another option of its group
+    (`head.node_dim=4` while head is softmax), which Hydra reports in five lines with exit 1. A single run
+    is checked before torch loads; a sweep's jobs also against what Lightning refuses at start-up (it loads
+    Lightning, which its first job would load anyway)."""
     multirun = argv[:1] in (["-m"], ["--multirun"])
     rest = argv[1:] if multirun else argv
     if any(a.startswith("-") for a in rest):  # --cfg, --hydra-help, ...: Hydra's own modes
         return
     folders = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra's own keys that are checked here (check_run_folder)
     overrides = [a for a in rest if "=" in a and (not a.lstrip("+~").startswith("hydra") or a.split("=")[0] in folders)]
-    if multirun:  # the first value of each plain list; sweep functions (range, choice, ...) left out
-        firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}
-        overrides = [a.split("=", 1)[0] + "=" + first[0] if (first := firsts[a]) else a
-                     for a in overrides if firsts[a] or "(" not in a]
+    if not multirun:
+        cfg = _compose(overrides, conf_dir)
+        check_run_folder(cfg, multirun)
+        _validate(cfg)
+        return
+    firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}  # a sweep's first job, for its folder
+    first = [a.split("=", 1)[0] + "=" + values[0] if (values := firsts[a]) else a
+             for a in overrides if firsts[a] or "(" not in a]
+    cfg = _compose(first, conf_dir)
+    check_run_folder(cfg, multirun)
+    jobs = sweep_jobs(overrides, cfg)
+    if jobs is None:  # another sweeper (optuna) or a sweep Hydra expands itself (glob): the first job only
+        _validate(cfg)
+        return
+    from omegaconf import OmegaConf
+
+    trainers: dict[str, int] = {}  # each distinct trainer group: the first job (Hydra's #) that has it
+    for n, job in enumerate(jobs):
+        try:
+            trainer = OmegaConf.to_container(_validate(_compose(job, conf_dir)).trainer, resolve=True)
+        except UserError as err:
+            raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
+        trainers.setdefault(json.dumps(trainer, sort_keys=True), n)
+    from nplm.tracking.quiet import quiet
+    from nplm.training.trainer import check_trainer
+
+    quiet(bool(cfg.get("verbose")))  # Lightning's "GPU available" lines: the jobs print what they print
+    for trainer, n in trainers.items():
+        try:
+            check_trainer(json.loads(trainer))
+        except UserError as err:
+            raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
+
+
+def sweep_jobs(overrides: list[str], cfg) -> list[list[str]] | None:
+    """The jobs of a `-m` sweep as Hydra's basic sweeper makes them (`hydra.sweeper.params` of the composed
+    `cfg`, e.g. `+sweep=seeds`, then the command line's overrides, a key given twice taking the later): the
+    product of each override's values (`a,b`, `range(...)`, `choice(...)`). None where Hydra's basic
+    sweeper does not make them (another sweeper, an `interval`, a `glob` over a group's options)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    sweeper = OmegaConf.select(cfg, "hydra.sweeper", default=None) or {}
+    if not str(sweeper.get("_target_", "")).endswith(".BasicSweeper"):
+        return None
+    params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+    values: dict[str, list[str]] = {}
+    try:
+        for override in OverridesParser.create().parse_overrides([*params, *overrides]):
+            key = override.get_key_element()
+            if not override.is_sweep_override():
+                values[key] = [f"{key}={override.get_value_element_as_str()}"]
+            elif override.is_discrete_sweep():
+                values[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
+            else:
+                return None
+    except Exception:  # a glob needs Hydra's config loader; Hydra reports any grammar error itself
+        return None
+    return [list(job) for job in itertools.product(*values.values())]
+
+
+def _compose(overrides: list[str], conf_dir: Path):
+    """The config Hydra composes from `overrides` (with its `hydra` node); a composition error as one line."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+            return compose(config_name="train", overrides=overrides, return_hydra_config=True)
     except HydraException as err:
         text = str(err)
         failed = re.search(r"Could not override '([\w.]+)'", text)
@@ -153,20 +215,22 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         where = f"{group}={chosen.get('name')}" if chosen.get("name") else f"the chosen {group}"
         hint = f"; it is a key of {group}={'/'.join(holders)}: add {group}={holders[0]}" if holders else ""
         raise UserError(f"{arg}: not a key of {where}{hint}") from None
-    check_run_folder(cfg, multirun)
-    if multirun:
-        return
-    # Every value against the schema now, in half a second, rather than after torch and Lightning load.
+
+
+def _validate(cfg):
+    """Every value of a composed `cfg` against the schema (in half a second, rather than after torch and
+    Lightning load); returns the validated config, without its `hydra` node."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
     from nplm.config.schema import validate
 
     HydraConfig.instance().set_config(cfg)  # what ${hydra:...} in paths resolves against
+    cfg = cfg.copy()
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = "<the run folder Hydra makes>"  # runtime.output_dir exists only in a run
-    validate(cfg)
+    return validate(cfg)
 
 
 def check_run_folder(cfg, multirun: bool) -> None:
@@ -232,8 +296,8 @@ def command_line(argv: list[str]) -> None:
 
 def _run_jobs() -> None:
     """Hydra's part: compose each job's config (one, or each of a `-m` sweep) and call `train(cfg)`. In
-    a multirun a failed job is recorded and the sweep goes on; the exit code is 1 at the end if any
-    job failed."""
+    a multirun a job that fails (its settings were checked before the first job: bad data, a fault) is
+    recorded and the sweep goes on; the exit code is 1 at the end if any job failed."""
     import secrets
 
     import hydra
