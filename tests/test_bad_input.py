@@ -260,6 +260,8 @@ def errors(result) -> list[str]:
                           "add head=hierarchical"),
     (["optimizer.momentum=0.9"], "optimizer.momentum=0.9: not a key of optimizer=adam; it is a key of "
                                  "optimizer=sgd: add optimizer=sgd"),
+    # heavy-ball momentum of 1 or more grows the step without bound: it trained, toward inf
+    (["optimizer=sgd", "optimizer.momentum=2"], "optimizer.momentum=2: must be a number in [0, 1)"),
     # a key of a group without options that its yaml leaves out
     (["trainer.strategy=ddp"], "trainer.strategy=ddp: a key the trainer group's yaml does not set; add it with "
                                "+trainer.strategy=ddp"),
