@@ -88,8 +88,8 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
      "tree.eps=0.1: must be 0 with tree.split=balanced (BALANCED splits give one code per word); or set "
      "tree.split=adaptive"),
     ("head=class_based head.classes=tree tree=learned",
-     "tree=learned: head=class_based makes no predicted word representations for Mnih & Hinton's tree to cluster; "
-     "use head=hierarchical, or another tree (e.g. tree=brown)"),
+     "tree=learned: head=class_based makes no predicted word representations for the tree to cluster; "
+     "use head=hierarchical, or a tree built from the corpus (e.g. tree=balanced)"),
     ("model=modern model.context_size=3 model.window=3 model.summaries=0 head=hierarchical model.tie_embeddings=true",
      "model.tie_embeddings=true: head=hierarchical has no output vector per word to tie to the model's input word "
      "vectors; set model.tie_embeddings=auto (ties where the head can) or false, or use "
@@ -267,8 +267,8 @@ def errors(result) -> list[str]:
                                "+trainer.strategy=ddp"),
     # the issue's cases: refused before the corpus is read (no traceback, no first phase trained)
     (["head=class_based", "head.classes=tree", "tree=learned"],
-     "tree=learned: head=class_based makes no predicted word representations for Mnih & Hinton's tree to cluster; "
-     "use head=hierarchical, or another tree (e.g. tree=brown)"),
+     "tree=learned: head=class_based makes no predicted word representations for the tree to cluster; "
+     "use head=hierarchical, or a tree built from the corpus (e.g. tree=balanced)"),
     (["trainer.devices=1000"], "trainer.devices=1000: at most %d, the CPU cores of this machine (one process each); "
                                "lower trainer.devices"),
 ])

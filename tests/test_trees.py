@@ -359,3 +359,29 @@ def test_a_cached_trees_key_holds_the_builders_format(tmp_path, monkeypatch):
     assert tree_phase._tree_cache({"name": "huffman"}, dm, seed=1) == now
     monkeypatch.setattr(tree_phase, "TREE_CACHE_FORMAT", tree_phase.TREE_CACHE_FORMAT + 1)
     assert tree_phase._tree_cache({"name": "huffman"}, dm, seed=1) != now
+
+
+def test_what_the_training_code_asks_of_a_tree_is_asked_of_its_registration(tmp_path, monkeypatch):
+    """Whether a tree is cached, and whether it is learned from a first model (a phase before the run, a head
+    that makes predicted representations), are the traits its registration gives; no code names the tree."""
+    from types import SimpleNamespace
+
+    from nplm.config.registry import Option
+    from nplm.config.schema import _learned_tree_needs_predicted_representations as refusal
+    from nplm.trees import CACHED, FROM_FIRST_MODEL, TREES
+    from nplm.trees.learned import predicted_word_vectors
+    from nplm.training import tree_phase
+
+    assert [n for n in TREES.names() if TREES.trait(n, CACHED)] == ["balanced", "brown", "huffman", "random"]
+    assert [n for n in TREES.names() if TREES.trait(n, FROM_FIRST_MODEL)] == ["learned"]
+    options = TREES.load()._options
+    monkeypatch.setitem(options, "kept", Option("kept", lambda ctx: None, {}, traits={CACHED: True}))
+    monkeypatch.setitem(options, "grown", Option("grown", lambda ctx: None, {},
+                                                 traits={FROM_FIRST_MODEL: predicted_word_vectors}))
+    dm = SimpleNamespace(id_cache=SimpleNamespace(cache_dir=tmp_path))
+    assert tree_phase._tree_cache({"name": "kept"}, dm, seed=1).name.startswith("kept-")
+    assert tree_phase._tree_cache({"name": "grown"}, dm, seed=1) is None
+    cfg = {"tree": {"name": "grown"}, "head": {"name": "class_based", "classes": "tree"}}
+    assert refusal(cfg).startswith("tree=grown: head=class_based makes no predicted word representations")
+    assert refusal({**cfg, "tree": {"name": "kept"}}) is None
+    assert refusal({**cfg, "head": {"name": "hierarchical"}}) is None

@@ -41,13 +41,16 @@ def dataclass_keys(cls: type) -> dict[str, Rule]:
 @dataclass(frozen=True)
 class Option:
     """One registered option of a group: the object it names (a class or a function), its keys
-    (besides `name` and the group's common keys), rules across its keys, and its help line."""
+    (besides `name` and the group's common keys), rules across its keys, its help line, and what else the
+    code asks of it by name (`traits`: e.g. a tree's `cached`), so that no code outside the option's
+    module names it."""
 
     name: str
     target: Any
     keys: dict[str, Rule]
     checks: tuple[Check, ...] = ()
     doc: str = ""
+    traits: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,15 +68,16 @@ class Registry:
     _loaded: bool = False
 
     def register(self, name: str, keys: dict[str, Rule] | type | None = None, checks: tuple[Check, ...] = (),
-                 doc: str = "") -> Callable[[Any], Any]:
-        """Decorator: register the class or function it decorates as option `name`."""
+                 doc: str = "", **traits: Any) -> Callable[[Any], Any]:
+        """Decorator: register the class or function it decorates as option `name`; `traits`: what the code
+        asks of the option (`Registry.trait`)."""
 
         def add(target: Any) -> Any:
             if name in self._options and self._options[name].target is not target:
                 raise ValueError(f"{self.group}={name} is registered twice: {self._options[name].target} and {target}")
             rules = dataclass_keys(keys) if isinstance(keys, type) else dict(keys or {})
             text = doc or (target.__doc__ or "").strip().split("\n")[0]
-            self._options[name] = Option(name, target, rules, tuple(checks), text)
+            self._options[name] = Option(name, target, rules, tuple(checks), text, dict(traits))
             if isinstance(target, type):
                 target.option_name = name  # what the class is called in the config (its error messages)
             return target
@@ -104,6 +108,10 @@ class Registry:
         if name not in options:
             raise UserError(f"{self.group}={name}: no such option; valid: {', '.join(options)}")
         return options[name]
+
+    def trait(self, name: str, trait: str) -> Any:
+        """What option `name` registered as `trait` (None where it registered none)."""
+        return self[name].traits.get(trait)
 
     def get(self, name: str) -> Any:
         """The class or function registered as `name`."""

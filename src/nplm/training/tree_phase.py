@@ -18,7 +18,7 @@ from nplm.files import atomic_write
 from nplm.heads import head_class
 from nplm.tracking.runs import read_record
 from nplm.training.checkpoint import load_model
-from nplm.trees import Tree, TreeContext, build_tree
+from nplm.trees import CACHED, DEFAULT_TREE, FROM_FIRST_MODEL, TREES, Tree, TreeContext, build_tree
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
             log.warning("tree=%s has no effect with head=%s, which uses no tree", tree_cfg["name"], cfg.head.name)
         return None
     if tree_cfg is None:
-        log.info("head=%s needs a tree and none was given: using tree=balanced", cfg.head.name)
-        tree_cfg = {"name": "balanced"}
+        log.info("head=%s needs a tree and none was given: using tree=%s", cfg.head.name, DEFAULT_TREE)
+        tree_cfg = {"name": DEFAULT_TREE}
     start = time.perf_counter()
     cached = _tree_cache(tree_cfg, dm, cfg.seed) if embeddings is None else None
     if cached is not None and cached.is_file():
@@ -54,8 +54,6 @@ def tree_for_head(cfg: DictConfig, dm: LMDataModule, embeddings: torch.Tensor | 
     return tree
 
 
-# Trees that depend only on the training ids, the vocabulary, their counts, the seed and their options.
-CACHED_TREES = ("balanced", "random", "huffman", "brown")
 # Part of every cached tree's key: raise it when a builder's output changes, so no cache serves an old tree.
 TREE_CACHE_FORMAT = 2
 
@@ -64,8 +62,8 @@ def _tree_cache(tree_cfg: dict, dm: LMDataModule, seed: int) -> Path | None:
     """Where the tree of a corpus tokenised once (`dm.id_cache`, `nplm.data.id_cache`) is kept, next to
     its ids: `<cache>/trees/<name>-<hash of the options, seed and TREE_CACHE_FORMAT>.json`, so that later runs and every
     job of a sweep read it instead of building it again (a Brown tree takes minutes at WikiText-103's
-    size). None for other corpora and trees."""
-    if dm.id_cache is None or tree_cfg.get("name") not in CACHED_TREES:
+    size). None for other corpora and for trees not registered as `cached`."""
+    if dm.id_cache is None or not TREES.trait(tree_cfg["name"], CACHED):
         return None
     import hashlib
     import json
@@ -90,14 +88,14 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
     Each artifact is written whole (a temporary file renamed), so a kill leaves it complete or absent.
     `train_first(cfg, out_dir, checkpoint or None) -> metrics` trains phase 1 (`nplm.training.train`'s
     run of one config)."""
-    from nplm.trees.learned import predicted_word_vectors
-
+    name = cfg.tree.name
+    word_vectors = TREES.trait(name, FROM_FIRST_MODEL)  # the first model's word vectors the tree clusters
     tree_path, vectors_path = out_dir / "learned_tree.json", out_dir / "word_vectors.pt"
     given = cfg.tree.get("bootstrap_checkpoint")  # phase 1 done elsewhere: a finished run on a random tree
     if tree_path.exists():
         tree = Tree.load(tree_path)
         tree.check_vocabulary(dm.vocab.tokens)
-        log.info("tree=learned: phases 1-2 done, tree read from %s", tree_path)
+        log.info("tree=%s: phases 1-2 done, tree read from %s", name, tree_path)
         return tree
     if not vectors_path.exists():
         record = read_record(out_dir)
@@ -107,20 +105,20 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
             best = record["best_checkpoint"]
         else:
             sub = OmegaConf.to_container(cfg, resolve=True)
-            sub["tree"] = {"name": cfg.tree.get("bootstrap", "random")}
+            sub["tree"] = {"name": cfg.tree.bootstrap}
             if cfg.tree.get("bootstrap_epochs") is not None:
                 sub["trainer"]["max_epochs"] = int(cfg.tree.bootstrap_epochs)
             sub["paths"]["output_dir"] = str(out_dir)
             sub["logger"] = {"csv": False, "wandb": None}
             ckpt = out_dir / "checkpoints" / "last.ckpt"
-            log.info("tree=learned, phase 1: up to %d epochs with tree=%s in %s%s", sub["trainer"]["max_epochs"],
+            log.info("tree=%s, phase 1: up to %d epochs with tree=%s in %s%s", name, sub["trainer"]["max_epochs"],
                      sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
             best = train_first(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
         first = load_model(best)
         if first.vocab.tokens != dm.vocab.tokens:
             raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "
                             f"({len(first.vocab)} words) than this corpus' ({len(dm.vocab)}); train it on this corpus")
-        vectors = predicted_word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
+        vectors = word_vectors(first, dm.windows["train"].windows, len(dm.vocab))
         buffer = io.BytesIO()
         torch.save(vectors, buffer)
         atomic_write(vectors_path, buffer.getbuffer())
@@ -131,7 +129,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
 
 
 def tree_of_run(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: Callable) -> Tree | None:
-    """The run's tree: learned (phases in <run>/bootstrap), built, or none."""
-    if cfg.get("tree") and cfg.tree.name == "learned" and head_class(cfg.head.name).uses_tree(cfg.head):
+    """The run's tree: learned from a first model (phases in <run>/bootstrap), built, or none."""
+    if cfg.get("tree") and TREES.trait(cfg.tree.name, FROM_FIRST_MODEL) and head_class(cfg.head.name).uses_tree(cfg.head):
         return learned_tree(cfg, dm, out_dir / "bootstrap", train_first)
     return tree_for_head(cfg, dm)

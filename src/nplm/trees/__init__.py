@@ -17,6 +17,13 @@ from nplm.trees.tree import Tree, vocab_fingerprint
 
 TREES = Registry("tree", __name__)
 register_tree = TREES.register
+# What the training code asks of a tree, registered as its traits (`register_tree(name, trait=True)`):
+CACHED = "cached"  # it depends only on the training ids, the vocabulary, their counts, the seed and its keys:
+# kept next to the corpus's id cache and read by later runs (`nplm.training.tree_phase`)
+FROM_FIRST_MODEL = "from_first_model"  # it clusters a first model's word vectors, computed by the function
+# registered as this trait, `(model, training windows [N, n], V) -> [V, m]`: a training phase before the
+# run's own (Mnih & Hinton 2009's learned tree)
+DEFAULT_TREE = "balanced"  # the tree of a head that needs one when the config chooses none
 
 
 @dataclass
@@ -46,4 +53,4 @@ def build_tree(cfg: dict, ctx: TreeContext) -> Tree:
     return tree
 
 
-__all__ = ["TREES", "Tree", "TreeContext", "build_tree", "register_tree"]
+__all__ = ["CACHED", "DEFAULT_TREE", "FROM_FIRST_MODEL", "TREES", "Tree", "TreeContext", "build_tree", "register_tree"]

@@ -6,7 +6,7 @@ from nplm.trees import register_tree
 from nplm.trees.tree import Tree, balanced_nested
 
 
-@register_tree("balanced")
+@register_tree("balanced", cached=True)
 def build(ctx) -> Tree:
     """A balanced binary tree over the words in sorted order."""
     tokens = ctx.vocab.tokens

@@ -197,7 +197,7 @@ def merge_classes(P: np.ndarray, codes: list[int], first_code: int) -> list[tupl
     return merges
 
 
-@register_tree("brown", keys={
+@register_tree("brown", cached=True, keys={
     "num_classes": Int(2, doc="C, flat classes before the hierarchy (>= |V|: exact Brown merging)"),
     "sweeps": Int(0, doc="at most this many exchange passes"),
     "within": Choice(options=("huffman", "balanced"), doc="the tree inside a class")})

@@ -56,7 +56,7 @@ def huffman_merges(items: Sequence[int], weights: Sequence[float], first_code: i
     return merges, root
 
 
-@register_tree("huffman")
+@register_tree("huffman", cached=True)
 def build(ctx) -> Tree:
     """Huffman (1952) tree of the training unigram counts: frequent words get short codes."""
     V = len(ctx.vocab.tokens)

@@ -52,9 +52,10 @@ def _eps_needs_adaptive(tree: dict) -> str | None:
     return None
 
 
-@register_tree("learned", checks=(Check("eps", _eps_needs_adaptive),), keys={
+@register_tree("learned", from_first_model=predicted_word_vectors, checks=(Check("eps", _eps_needs_adaptive),), keys={
     "iterations": Int(1, doc="EM iterations of each 2-component mixture"), "seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)"),
-    "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet"), doc="the first model's tree"),
+    "bootstrap": Choice(options=("balanced", "random", "huffman", "brown", "wordnet"), default="random",
+                        doc="the first model's tree"),
     "bootstrap_epochs": Int(1, nullable=True, hint="null: as long as the run", doc="epochs of the first model"),
     "split": Choice(options=SPLITS, default="adaptive", doc="Mnih & Hinton's ADAPTIVE or BALANCED"),
     "eps": Float(ge=0, lt=0.5, default=0.0, doc="ADAPTIVE(eps): words this close to 0.5 get codes in both subtrees"),

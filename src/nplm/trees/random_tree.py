@@ -14,7 +14,7 @@ from nplm.trees import register_tree
 from nplm.trees.tree import Tree, balanced_nested
 
 
-@register_tree("random", keys={"seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)")})
+@register_tree("random", cached=True, keys={"seed": Int(0, 2**32 - 1, nullable=True, doc="the builder's seed (null: the run's seed)")})
 def build(ctx, seed: int | None = None) -> Tree:
     """`seed`: the permutation's seed; null uses the run's seed (`ctx.seed`)."""
     V = len(ctx.vocab.tokens)
