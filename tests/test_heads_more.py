@@ -242,7 +242,8 @@ def test_bad_options_are_refused_by_the_keys_the_head_registered(name, options, 
 @pytest.mark.parametrize("name,options,message", [
     ("class_based", {"num_classes": 38}, "head.num_classes=38 must be an integer from 1 to the vocabulary size 37; "
                                          "e.g. head.num_classes=6 (about sqrt(V)), or null for that default"),
-    ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=brown"),
+    ("class_based", {"classes": "tree"}, "head.classes=tree needs a tree: add tree=<one of balanced, brown, file, "
+                                          "huffman, learned, random, wordnet>"),
     ("adaptive", {"div_value": 8.0}, "head.div_value=8.0 leaves tail cluster 2 a 0-dimensional projection"),
 ])
 def test_options_this_vocabulary_cannot_take_are_one_line_user_errors(name, options, message):

@@ -17,8 +17,10 @@ def require_counts(head: str, counts, vocab_size: int) -> None:
 
 def require_tree(head: str, tree, vocab_size: int) -> None:
     """Tree-structured heads need a tree over exactly this vocabulary."""
-    if tree is None:
-        raise UserError(f"{head} needs a tree: add tree=brown (or balanced, random, huffman, wordnet, learned)")
+    if tree is None:  # (a head built without the run's tree: nplm-train gives every tree-using head one)
+        from nplm.trees import TREES
+
+        raise UserError(f"{head} needs a tree: add tree=<one of {', '.join(TREES.names())}>")
     if tree.vocab_size != vocab_size:
         raise UserError(f"the tree has {tree.vocab_size} leaves but the vocabulary {vocab_size} words; "
                         "rebuild the tree from this corpus")

@@ -130,6 +130,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
 
 def tree_of_run(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: Callable) -> Tree | None:
     """The run's tree: learned from a first model (phases in <run>/bootstrap), built, or none."""
-    if cfg.get("tree") and TREES.trait(cfg.tree.name, FROM_FIRST_MODEL) and head_class(cfg.head.name).uses_tree(cfg.head):
+    learned = cfg.get("tree") and TREES.trait(cfg.tree.name, FROM_FIRST_MODEL)
+    if learned and head_class(cfg.head.name).uses_tree(cfg.head):
         return learned_tree(cfg, dm, out_dir / "bootstrap", train_first)
     return tree_for_head(cfg, dm)
