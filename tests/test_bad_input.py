@@ -325,6 +325,21 @@ def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
         assert not (tmp_path / sweep).exists()
 
 
+def test_a_sweeps_jobs_are_those_of_hydras_basic_sweeper():
+    """What the check before a sweep composes: the product of every override's values, a preset sweep's
+    `hydra.sweeper.params` first and the command line's value of the same key instead; none for optuna."""
+    from nplm.cli.train import CONF_DIR, _compose, sweep_jobs
+
+    argv = ["+sweep=seeds", "corpus=toy", "seed=7,8", "model.embed_dim=8,16", "optimizer.lr=choice(0.1,0.2)"]
+    jobs = sweep_jobs(argv, _compose(["+sweep=seeds", "corpus=toy"], CONF_DIR))
+    assert len(jobs) == 8 and jobs[0] == ["seed=7", "+sweep=seeds", "corpus=toy", "model.embed_dim=8", "optimizer.lr=0.1"]
+    assert sorted({job[0] for job in jobs}) == ["seed=7", "seed=8"]  # not the preset's 1,2,3,4,5
+    assert len(sweep_jobs(["+sweep=seeds", "corpus=toy"], _compose(["+sweep=seeds", "corpus=toy"], CONF_DIR))) == 5
+    assert sweep_jobs(["corpus=toy", "model.dropout=interval(0,0.5)"], _compose(["corpus=toy"], CONF_DIR)) is None
+    optuna = ["+sweep=optuna", "corpus=toy"]  # (the sweep extra: hydra-optuna-sweeper)
+    assert sweep_jobs(optuna, _compose(optuna, CONF_DIR)) is None
+
+
 @pytest.mark.slow
 def test_in_a_multirun_a_job_whose_data_is_bad_fails_alone_and_records_its_error(tmp_path):
     (tmp_path / "train.txt").write_text("the cat sat on the mat\n" * 50)
