@@ -11,7 +11,6 @@ read from their modules, which import torch).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import re
@@ -144,20 +143,21 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         return
     from omegaconf import OmegaConf
 
-    trainers: dict[str, int] = {}  # each distinct trainer group: the first job (Hydra's #) that has it
+    trainers: list[tuple[dict, int]] = []  # each distinct trainer group, with the first job (Hydra's #) that has it
     for n, job in enumerate(jobs):
         try:
             trainer = OmegaConf.to_container(_validate(_compose(job, conf_dir)).trainer, resolve=True)
         except UserError as err:
             raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
-        trainers.setdefault(json.dumps(trainer, sort_keys=True), n)
+        if all(trainer != seen for seen, _ in trainers):
+            trainers.append((trainer, n))
     from nplm.tracking.quiet import quiet
     from nplm.training.trainer import check_trainer
 
     quiet(bool(cfg.get("verbose")))  # Lightning's "GPU available" lines: the jobs print what they print
-    for trainer, n in trainers.items():
+    for trainer, n in trainers:
         try:
-            check_trainer(json.loads(trainer))
+            check_trainer(trainer)
         except UserError as err:
             raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
 

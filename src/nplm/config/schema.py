@@ -240,16 +240,15 @@ def _learned_tree_needs_predicted_representations(cfg: dict) -> str | None:
     """A tree learned from a first model (tree=learned) clusters that model's predicted representations: a
     head that uses the tree has to make them."""
     from nplm.heads import HEADS
-    from nplm.trees import FROM_FIRST_MODEL, TREES
+    from nplm.trees import DEFAULT_TREE, FROM_FIRST_MODEL, TREES
 
     tree, head = (cfg.get("tree") or {}).get("name"), _head(cfg)
     if not tree or not TREES.trait(tree, FROM_FIRST_MODEL) or not head.uses_tree(cfg["head"]) \
             or head.has_predicted_representation:
         return None
     can = "|".join(n for n, o in HEADS.options().items() if o.target.has_predicted_representation)
-    other = next(n for n in TREES.names() if not TREES.trait(n, FROM_FIRST_MODEL))
     return (f"tree={tree}: head={cfg['head']['name']} makes no predicted word representations for the tree to "
-            f"cluster; use head={can}, or a tree built from the corpus (e.g. tree={other})")
+            f"cluster; use head={can}, or a tree built from the corpus (e.g. tree={DEFAULT_TREE})")
 
 
 def _sparse_keys(cfg: dict) -> list[str]:
