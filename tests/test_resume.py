@@ -214,3 +214,23 @@ def test_a_finished_run_goes_on_with_changes_only_when_allowed(tmp_path):
     done = fake_run(tmp_path / "a", "finished", ["corpus=toy"], checkpoint=True)
     assert resolve_resume(True, tmp_path / "fresh", SAME) == (tmp_path / "fresh", None)  # other overrides: afresh
     assert resolve_resume(True, tmp_path / "fresh", SAME, allow_changes=True) == (done, done / "checkpoints" / "last.ckpt")
+
+
+
+@pytest.mark.slow
+def test_resume_naming_a_finished_runs_own_folder_trains_it_on(tmp_path):
+    """The drivers' way to go on with a row a time limit stopped: the same overrides with a later
+    `stop_at`, hydra.run.dir=<run> resume=<run> continues it in its folder (it was skipped as "already
+    finished": stop_at is not a training override); the same command without resume still skips it."""
+    run = tmp_path / "run"
+    args = [*TOY, "trainer.max_epochs=1000", f"paths.data_dir={tmp_path}", f"hydra.run.dir={run}"]
+    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    cut = record(run)["history"]
+    assert record(run)["status"] == "finished" and 0 < len(cut) < 1000
+    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
+    assert "skipping" in skipped.stdout + skipped.stderr and record(run)["history"] == cut
+    on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}", f"resume={run}")
+    assert on.returncode == 0, on.stderr[-3000:]
+    again = record(run)["history"]
+    assert len(again) > len(cut) and [r["val/ppl"] for r in again[:len(cut)]] == [r["val/ppl"] for r in cut]

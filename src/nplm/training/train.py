@@ -71,7 +71,10 @@ def train(cfg: DictConfig) -> dict:
     except UserError as err:
         _fail_fresh_job(fresh, overrides, err)
         raise
-    done = finished_job(fresh, overrides)
+    # a finished run in this folder is skipped (a re-run sweep), unless resume names a run or checkpoint:
+    # then it goes on (a raised trainer.max_epochs, or a run a time limit stopped, trains on)
+    named = cfg.get("resume") not in (None, False, True, "true", "false", "null") and not is_multirun()
+    done = None if named else finished_job(fresh, overrides)
     if done is None:
         try:
             out_dir, ckpt = resolve_resume(cfg.get("resume"), fresh, overrides, bool(cfg.get("resume_allow_changes")))
