@@ -118,9 +118,11 @@ def reference_model(cfg, vocab: int, device: str):
     return LanguageModel(plain(cfg.model), plain(cfg.head), plain(cfg.optimizer), words).to(device).train()
 
 
-def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int) -> dict:
-    """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step."""
+def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None) -> dict:
+    """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step.
+    `compile_`: a function that compiles the loss before the warm-up (gpu_compile_capture.py)."""
     lm = reference_model(cfg, vocab, "cuda")
+    loss_of = compile_(lm._train_loss) if compile_ else lm._train_loss
     k, block = cfg.model.context_size, cfg.data.get("block_size")
     opt = torch.optim.AdamW(lm.parameters(), lr=torch.tensor(float(cfg.optimizer.lr), device="cuda"),
                             weight_decay=float(cfg.optimizer.get("weight_decay") or 0.0), fused=True, capturable=True)
@@ -137,7 +139,7 @@ def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int) -> dict:
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
-            loss = lm._train_loss(*static).mean()
+            loss = loss_of(*static).mean()
         loss.backward()
         if clip:
             torch.nn.utils.clip_grad_norm_(lm.parameters(), clip)
