@@ -4,7 +4,7 @@ torch's fused capturable AdamW, one torch.cuda.graph of forward + backward + cli
 copied into its static inputs), all bf16-mixed.
 
     python3 experiments/bench/gpu_step.py [--shapes brown,wikitext103] [--batches 256,1024,4096] [--out DIR]
-                                          [--compile] [--dry-run]
+                                          [--compile] [--paths eager,captured,...] [--dry-run]
 
 Shapes (synthetic corpora made on the fly, Zipfian words, text_files):
 - brown: `experiment=sun2021/brown` (the modern NPLM, context 32, window 8, 4 blocks of 256/1,024, tied
@@ -48,7 +48,8 @@ SHAPES = {
                     "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
 }
 PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name, cuda_graphs, compile, compile mode
-         ("compiled", True, True, None), ("compiled, reduce-overhead", True, True, "reduce-overhead")]
+         ("compiled", True, True, None), ("compiled-reduce-overhead", True, True, "reduce-overhead")]
+# compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead: torch.compile's own CUDA graphs
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -180,12 +181,18 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="nplm-train with compile=true too (inductor), in torch.compile's default mode (nplm's "
                              "capture is off with it on CUDA) and in its reduce-overhead mode (env NPLM_COMPILE_MODE)")
+    parser.add_argument("--paths", default=None, help="comma-separated nplm-train paths, of: "
+                        + ", ".join(name for name, *_ in PATHS) + " (default: eager,captured; with --compile all)")
     parser.add_argument("--out", type=Path, default=REPO / "experiments" / "bench" / "results")
     parser.add_argument("--dry-run", action="store_true", help="compose the configs, build the model; no GPU")
     args = parser.parse_args()
     shapes = args.shapes.split(",")
     if unknown := sorted(set(shapes) - set(SHAPES)):
         sys.exit(f"gpu_step: --shapes {','.join(unknown)}: unknown; shapes are {', '.join(SHAPES)}")
+    names = [name for name, *_ in PATHS]
+    paths = args.paths.split(",") if args.paths else names[: 4 if args.compile else 2]
+    if unknown := sorted(set(paths) - set(names)):
+        sys.exit(f"gpu_step: --paths {','.join(unknown)}: unknown; paths are {', '.join(names)}")
     if args.batches:
         SHAPES["brown"]["batches"] = tuple(int(b) for b in args.batches.split(","))
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -203,7 +210,7 @@ def main() -> None:
                 steps = steps_for(shape, batch, whole=True)
                 row = {"shape": shape, "vocab": spec["vocab"], "batch": batch, "steps": steps,
                        "eager_steps": steps_for(shape, batch, whole=False)}
-                for name, graphs, compile_, mode in PATHS[: 4 if args.compile else 2]:
+                for name, graphs, compile_, mode in [p for p in PATHS if p[0] in paths]:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
                     if mode:  # a run folder of its own (nplm-train skips a finished run)
                         cfg.paths.output_dir = f"{cfg.paths.output_dir}-{mode}"

@@ -40,15 +40,11 @@ SILENCE = "cuda_graphs=false silences this"
 
 
 def capture_blocker(module: nn.Module, optimizer: torch.optim.Optimizer, accumulate: int, direct: bool,
-                    counted: bool, compiled: bool = False) -> str | None:
+                    counted: bool) -> str | None:
     """Why the training step of `module` with `optimizer` cannot be captured, or None. `direct`: the
     step may call backward and the optimizer itself (LanguageModel._direct_steps_possible); `counted`:
-    Lightning's optimizer-step counter was found (the step counts itself); `compiled`: compile=true."""
-    if compiled and any(p.is_cuda for p in module.parameters()):
-        # measured on an NVIDIA H200, torch 2.11 (experiments/bench/gpu_step.py --compile): the capture failed
-        # ("operation failed due to a previous error during capture") and the process's CUDA generator then
-        # refused every random op ("Offset increment outside graph capture")
-        return "compile=true (inductor's step failed to capture on CUDA, torch 2.11); the compiled step runs uncaptured"
+    Lightning's optimizer-step counter was found (the step counts itself). A compiled step (compile=true,
+    inductor's fused kernels) is captured as an eager one is: its first warm-up step compiles."""
     if any(getattr(m, "sparse", False) is True for m in module.modules()):  # nn.Embedding's, the heads' `sparse`
         return "row-sparse gradients (model.sparse_embeddings=true or head.sparse=true: lazy updates of varying size)"
     if accumulate > 1:

@@ -137,10 +137,11 @@ class LanguageModel(pl.LightningModule):
         torch.compile's, default env `NPLM_COMPILE_BACKEND` or "inductor" (tests use "aot_eager":
         the same graph capture, no code generation).
 
-        Env `NPLM_COMPILE_MODE=reduce-overhead` (an experiment, not yet measured on a GPU: experiments/bench/
-        gpu_step.py --compile): torch.compile's mode that replays the compiled forward and backward as its own
-        CUDA graphs (cudagraph trees), the optimizer update running eagerly after them; nplm's capture of the
-        whole step is then off (the two captures do not nest)."""
+        On CUDA nplm's capture (`cuda_graphs`) then replays the compiled step, optimizer update included,
+        as one graph (measured on an H200: experiments/bench/gpu_compile_capture.py). Env
+        `NPLM_COMPILE_MODE=reduce-overhead` instead: torch.compile's own CUDA graphs (cudagraph trees) of
+        the compiled forward and backward, the optimizer update running eagerly after them; nplm's capture
+        is then off (the two captures do not nest)."""
         backend = backend or os.environ.get("NPLM_COMPILE_BACKEND", "inductor")
         mode = os.environ.get("NPLM_COMPILE_MODE") or None
         self._train_loss = torch.compile(self._train_loss, fullgraph=True, backend=backend, mode=mode)
@@ -187,7 +188,7 @@ class LanguageModel(pl.LightningModule):
         optimizer = self.optimizers().optimizer
         options = self.step_options
         why = capture_blocker(self, optimizer, options.accumulate_grad_batches, self._direct,
-                              counted=self._step_counter is not None, compiled=self._compiled)
+                              counted=self._step_counter is not None)
         if why is not None:
             log.warning("cuda_graphs: the training step cannot be captured: %s; training eagerly (%s)", why, SILENCE)
             return None
