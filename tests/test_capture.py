@@ -213,6 +213,28 @@ def test_a_partial_batch_after_the_warm_up_trains_eagerly_and_is_not_captured():
     assert step.replays == 2 and step._inputs[0].shape == (B, K)
 
 
+def test_a_compiled_loss_is_compiled_once_though_the_batches_are_strided_views():
+    """The warm-up runs on the static buffers the capture records: a compiled loss (guarded on its inputs'
+    strides) compiles in the first warm-up step and never again, though each batch is a strided view of the
+    token stream (nplm.data.windows). Compiled again inside the capture, it failed it on an H200."""
+    from torch._dynamo.testing import CompileCounter
+
+    from nplm.data.windows import Windows
+
+    lm = language_model("modern", "adaptive")
+    windows = Windows(torch.randint(0, V, (400,)), K)
+    strided = [windows[torch.arange(i * B, (i + 1) * B)] for i in range(capture.WARMUP_STEPS + 3)]
+    assert not strided[0][0].is_contiguous()
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    optimizer, _ = optimizer_of(lm)
+    step = CapturedStep(torch.compile(lm._train_loss, backend=counter, fullgraph=True), lm.parameters(), optimizer,
+                        dry=True)
+    for context, target in strided:
+        step.step(context, target)
+    assert step.replays == 3 and counter.frame_count == 1
+
+
 def test_a_head_without_host_side_sizes_says_none():
     assert language_model("nplm", "softmax").head.graph_sizes() == ()
     adaptive = language_model("nplm", "adaptive").head

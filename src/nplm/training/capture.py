@@ -185,30 +185,32 @@ class CapturedStep:
 
     # -- per batch ---------------------------------------------------------------------------------
     def step(self, context: torch.Tensor, target: torch.Tensor) -> None:
-        """Train on one batch: eager while warming up, for a batch of another shape, or after a failed
-        capture; else replay (copy the batch into the static buffers first)."""
+        """Train on one batch: eager for a batch of another shape or after a failed capture; else copied into
+        the static buffers, on which the warm-up steps run eagerly and the captured graph replays. (The
+        warm-up sees the buffers the capture records: a compiled loss, guarded on its inputs' strides, is
+        compiled once, in the first warm-up step, never inside the capture; a batch is often a strided view.)"""
         shapes = (context.shape, target.shape)
         if self._shapes is None:  # the first batch's: the epoch's full batches (a partial last one trains eagerly)
             self._shapes = shapes
         if self.failed is not None or shapes != self._shapes:
             return self._eager(context, target)
-        if self._warm < WARMUP_STEPS:
-            self._warm += 1
-            if self._stream is None:
-                return self._eager(context, target)
-            self._stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self._stream):
-                self._eager(context, target)
-            torch.cuda.current_stream(self.device).wait_stream(self._stream)
-            return None
         if self._inputs is None:
-            self._inputs = (context.clone(), target.clone())
-            if self.graphed and not self._capture():
-                self._inputs = None
-                return self._eager(context, target)
+            self._inputs = (torch.empty_like(context, memory_format=torch.contiguous_format),
+                            torch.empty_like(target, memory_format=torch.contiguous_format))
         static_context, static_target = self._inputs
         static_context.copy_(context)
         static_target.copy_(target)
+        if self._warm < WARMUP_STEPS:
+            self._warm += 1
+            if self._stream is None:
+                return self._eager(static_context, static_target)
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self._stream):
+                self._eager(static_context, static_target)
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+            return None
+        if self.graphed and self._graph is None and not self._capture():
+            return self._eager(context, target)
         self.replays += 1
         if self._graph is not None:
             self._graph.replay()
