@@ -6,7 +6,7 @@ torch.compile (inductor, default mode, fullgraph) before the capture; inductor's
 one variant checked). Each variant runs in its own process (a failed capture leaves the CUDA generator
 unusable), all in one call, on one card.
 
-    python3 experiments/bench/gpu_compile_capture.py [--batches 256,4096] [--out DIR]
+    python3 experiments/bench/gpu_compile_capture.py [--batches 256,4096] [--out DIR] [--report FILE]
 """
 
 from __future__ import annotations
@@ -50,9 +50,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="256,4096")
     parser.add_argument("--out", type=Path, default=None, help="writes gpu_compile_capture.json there")
+    parser.add_argument("--report", type=Path, help="print the table of a result file (gpu_compile_capture.json)")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.report:
+        print("\n".join(table(json.loads(args.report.read_text()))))
+        return
     if args.variant:  # the child: one measurement, one JSON line
         print("RESULT " + json.dumps(one(args.variant, args.batch, os.environ["NPLM_PROBE_TMP"])), flush=True)
         return
@@ -74,20 +78,30 @@ def main() -> None:
                 row = json.loads(lines[-1][7:]) if lines else {"error": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
                 rows.append({"batch": batch, "variant": variant, **row})
                 print(json.dumps(rows[-1]), flush=True)
-    name = torch.cuda.get_device_name()
-    print(f"\n{name}, torch {torch.__version__}, bf16 autocast, brown shape\n")
-    print("| batch | loss | ms a step | tokens/s | vs eager-loss | error |\n|---:|---|---:|---:|---:|---|")
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "commit": os.environ.get("NPLM_GIT_COMMIT", "unknown"), "rows": rows}
+    print("\n".join(table(result)))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_compile_capture.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / "gpu_compile_capture.md").write_text("\n".join(table(result)) + "\n")
+
+
+def table(result: dict) -> list[str]:
+    """The markdown table of a result (`--report FILE` writes it again from a result file)."""
+    rows = result["rows"]
+    lines = [f"# A compiled loss in nplm's captured step on {result['device']}", "",
+             f"torch {result['torch']}, commit {result.get('commit', 'unknown')}, bf16 autocast, the brown shape "
+             "(`experiment=sun2021/brown`'s model and head, |V| = 10,000), the plain captured loop of gpu_step.py "
+             "over a whole epoch of batches: `python3 experiments/bench/gpu_compile_capture.py`.", "",
+             "| batch | loss | ms a step | tokens/s | vs eager-loss | error |", "|---:|---|---:|---:|---:|---|"]
     base = {r["batch"]: r.get("step_ms") for r in rows if r["variant"] == "eager-loss"}
     for r in rows:
         ratio = f"{base[r['batch']] / r['step_ms']:.2f}" if r.get("step_ms") and base.get(r["batch"]) else ""
         ms = f"{r['step_ms']:.3f}" if r.get("step_ms") else ""
         tps = f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else ""
-        print(f"| {r['batch']} | {r['variant']} | {ms} | {tps} | {ratio} | {r.get('error', '')} |")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_compile_capture.json").write_text(json.dumps({"device": name, "torch": torch.__version__,
-                                                                       "rows": rows}, indent=2) + "\n")
-
+        lines.append(f"| {r['batch']} | {r['variant']} | {ms} | {tps} | {ratio} | {r.get('error', '')} |")
+    return lines
 
 if __name__ == "__main__":
     main()
