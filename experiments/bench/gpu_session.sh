@@ -11,8 +11,9 @@
 #   profile_brown: the same for experiment=sun2021/brown at batch 4,096 (~1 min);
 #   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
-#   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES) with compile=true too, in torch.compile's
-#            default mode and in its reduce-overhead mode (~4 min).
+#   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
+#            captured (COMPILE_PATHS; add compiled-reduce-overhead for torch.compile's own graphs) (~3 min);
+#   compile_capture: gpu_compile_capture.py, the plain captured loop with and without inductor's loss (~3 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
 #
@@ -61,12 +62,15 @@ for part in ${PARTS//,/ }; do
       timeout 60 python3 experiments/bench/gpu_alignment.py > "$DEST/gpu_alignment.txt" 2>&1
       echo "gpu_alignment: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/gpu_alignment.txt" ;;
     compile)
-      timeout 280 python3 experiments/bench/gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" --compile \
-        --out "$DEST/compile" \
+      timeout 280 python3 experiments/bench/gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" \
+        --paths "${COMPILE_PATHS:-eager,captured,compiled}" --out "$DEST/compile" \
         > "$DEST/gpu_step_compile.txt" 2>&1
       echo "gpu_step --compile: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile/gpu_step.md" 2>/dev/null
       grep -E "error|Error" "$DEST/gpu_step_compile.txt" | tail -n 8 ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile"; exit 2 ;;
+    compile_capture)
+      timeout 280 python3 experiments/bench/gpu_compile_capture.py --out "$DEST/compile_capture" > "$DEST/gpu_compile_capture.txt" 2>&1
+      echo "gpu_compile_capture: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile_capture/gpu_compile_capture.md" 2>/dev/null ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile, compile_capture"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"
