@@ -4,6 +4,8 @@ and a run trains, evaluates and resumes on blocks."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -160,7 +162,8 @@ def test_a_run_on_blocks_trains_validates_tests_and_resumes_to_the_same_numbers(
     run_train(*SMALL, "trainer.max_epochs=1")  # in call2/run
     resumed = run_train(*SMALL, "trainer.max_epochs=3", f"resume={tmp_path / 'call2' / 'run'}",
                         "resume_allow_changes=true")
-    for key in ("val/ppl_best", "test/ppl"):
+    assert len(json.loads((tmp_path / "call2" / "run" / "metrics.json").read_text())["history"]) == 3  # it trained on
+    for key in ("val/ppl_best", "test/ppl"):  # dropout's draws too: the generators restored, the loaders' own
         assert resumed[key] == pytest.approx(whole[key], rel=1e-5), key
 
 

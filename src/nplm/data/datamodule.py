@@ -225,8 +225,11 @@ class LMDataModule(pl.LightningDataModule):
         sampler = index_batches(dataset, batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
         if split == "train" and (self.train_group > 1 or self.train_limit is not None):
             sampler = GroupedBatches(sampler, self.train_group, self.train_limit)
-        # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once.
-        return DataLoader(dataset, sampler=sampler, batch_size=None)
+        # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once. A generator
+        # of its own: each iterator draws a seed (for workers; none here) from it, not from torch's global one,
+        # which then holds only the model's draws (dropout, sampled heads): a resumed run draws as the run it
+        # continues (LanguageModel._restore_rng), whenever Lightning makes the epoch's iterator.
+        return DataLoader(dataset, sampler=sampler, batch_size=None, generator=torch.Generator().manual_seed(self.seed))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.batch_size, shuffle=True)

@@ -163,6 +163,7 @@ class LanguageModel(pl.LightningModule):
             self.head.calibrate(blocks.blocks[picked, blocks.context_size:])  # [U, T]
 
     def on_train_start(self) -> None:
+        self._restore_rng()  # a resumed run: the generators as its checkpoint saved them
         self._direct = self._direct_steps_possible()
         self._step_counter = lightning_counter(self.trainer, "fit_loop.epoch_loop.manual_optimization.optim_step_progress",
                                                "increment_completed")
@@ -506,7 +507,24 @@ class LanguageModel(pl.LightningModule):
             checkpoint["optimizer_states"] = [eager_optimizer_state(s) for s in checkpoint["optimizer_states"]]
         checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
                                       "tree": self.tree.to_dict() if self.tree is not None else None,
-                                      "tokenizer": None if self.vocab.subword is None else self.vocab.subword.to_dict()}
+                                      "tokenizer": None if self.vocab.subword is None else self.vocab.subword.to_dict(),
+                                      "rng": self._rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]
+        self._resumed_rng = checkpoint[CHECKPOINT_KEY].get("rng")  # set again when training resumes (on_train_start)
+
+    def _rng_state(self) -> dict:
+        """The random number generators training draws from (dropout, sampled heads): the CPU's, and the
+        training GPU's. A resumed run starts from them (`_restore_rng`), so that it draws what the run it
+        continues would have drawn: the same numbers as one never stopped."""
+        cuda = self.device.type == "cuda"
+        return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(self.device) if cuda else None}
+
+    def _restore_rng(self) -> None:
+        state, self._resumed_rng = getattr(self, "_resumed_rng", None), None
+        if state is None:  # a fresh run, or a checkpoint written before the state was saved
+            return
+        torch.set_rng_state(state["cpu"])
+        if state.get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], self.device)
