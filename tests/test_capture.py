@@ -353,6 +353,21 @@ def test_cuda_graphs_must_be_a_boolean(run_train):
 
 
 # -- on a CUDA device: the graph itself ---------------------------------------------------------------
+def steps_on_cuda(step: CapturedStep, schedule, data) -> list[torch.Tensor]:
+    """Train on `data` through `step`, under torch.cuda.set_sync_debug_mode("error") from the first replay on
+    (a host-device sync raises); each batch's loss sum."""
+    sums = []
+    for i, (context, target) in enumerate(data):
+        torch.cuda.set_sync_debug_mode("error" if i > capture.WARMUP_STEPS else "default")
+        try:
+            step.step(context, target)
+            schedule.step()
+            sums.append(step.take_loss_sum())
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sums
+
+
 @CUDA
 @pytest.mark.parametrize("precision", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("head", HEADS.names())
@@ -371,15 +386,7 @@ def test_captured_step_on_cuda_trains_as_the_eager_step_without_a_host_sync(mode
         optimizer, schedule = optimizer_of(graphed)
         step = CapturedStep(graphed._train_loss, graphed.parameters(), optimizer, dry=False)
         torch.manual_seed(7)
-        sums = []
-        for i, (context, target) in enumerate(data):
-            torch.cuda.set_sync_debug_mode("error" if i > capture.WARMUP_STEPS else "default")
-            try:
-                step.step(context, target)
-                schedule.step()
-                sums.append(step.take_loss_sum())
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+        sums = steps_on_cuda(step, schedule, data)
     assert step.failed is None and step.replays == STEPS - capture.WARMUP_STEPS
     tolerance = 1e-3 if precision == torch.float32 else 3e-2
     sampled = not head_class(head).exact_training_loss  # the graph's samples differ from eager draws
@@ -457,15 +464,7 @@ def test_a_compiled_step_on_cuda_is_captured_and_trains_as_the_eager_step():
         want = train_eager(eager, data)
         optimizer, schedule = optimizer_of(compiled)
         step = CapturedStep(torch.compile(compiled._train_loss, fullgraph=True), compiled.parameters(), optimizer)
-        sums = []
-        for i, (context, target) in enumerate(data):
-            torch.cuda.set_sync_debug_mode("error" if i > capture.WARMUP_STEPS else "default")
-            try:
-                step.step(context, target)
-                schedule.step()
-                sums.append(step.take_loss_sum())
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+        sums = steps_on_cuda(step, schedule, data)
     assert step.failed is None and step.replays == STEPS - capture.WARMUP_STEPS
     assert [s.item() for s in sums] == pytest.approx(want, rel=3e-2)
 
