@@ -196,13 +196,28 @@ def best_epoch(history: list[dict]) -> int:
     return 1 + min(range(len(history)), key=lambda i: history[i]["val/ppl"])
 
 
+def epoch_steps(history: list[dict]) -> list[int] | None:
+    """The optimizer steps each epoch of a run record's history made (its `step` column: the count at the
+    epoch's end), or None for records without the column."""
+    if not history or not all("step" in r for r in history):
+        return None
+    return [history[0]["step"]] + [b["step"] - a["step"] for a, b in zip(history, history[1:])]
+
+
+def cut_epochs(history: list[dict]) -> list[int]:
+    """The epochs (counted from 1) a time limit cut short: fewer optimizer steps than the longest epoch. A
+    run resumed after an earlier budget's limit goes on from the cut epoch's end, so a cut epoch can sit
+    inside a finished run's history; [] for records without the `step` column."""
+    steps = epoch_steps(history)
+    return [] if steps is None or len(steps) < 2 else [i + 1 for i, n in enumerate(steps) if n < max(steps)]
+
+
 def last_epoch_cut(history: list[dict]) -> bool:
-    """Whether a time limit (`trainer.max_time` or `stop_at`) cut the run's last epoch short. An epoch is whole
-    when it made as many optimizer steps as the longest epoch (the `step` column); records without it fall back
-    to its time (a cut epoch is under 0.8x the median), which a shared machine's varying speed can fool."""
-    if len(history) > 1 and all("step" in r for r in history):  # (the step column counts from 0: the first
-        steps = [history[0]["step"]] + [b["step"] - a["step"] for a, b in zip(history, history[1:])]  # epoch's own)
-        return steps[-1] < max(steps)
+    """Whether a time limit (`trainer.max_time` or `stop_at`) cut the run's last epoch short (`cut_epochs`);
+    records without the `step` column fall back to its time (a cut epoch is under 0.8x the median), which a
+    shared machine's varying speed can fool."""
+    if epoch_steps(history) is not None and len(history) > 1:
+        return len(history) in cut_epochs(history)
     times = sorted(r["train/epoch_time_s"] for r in history)
     return len(history) > 2 and history[-1]["train/epoch_time_s"] < 0.8 * times[len(times) // 2]
 
@@ -230,9 +245,11 @@ def row_marks(result: dict) -> str:
     return ("" if finished(result) else UNFINISHED) + provenance_mark(result)
 
 
-def seconds_per_epoch(epoch_times: list[float], cut: bool) -> float:
-    """The mean time of the whole epochs: a `cut` last epoch (stopped by a time limit) is left out."""
-    whole = epoch_times[:-1] if cut and len(epoch_times) > 1 else epoch_times
+def seconds_per_epoch(epoch_times: list[float], cut: bool | list[int]) -> float:
+    """The mean time of the whole epochs: a `cut` last epoch (True), or the epochs (counted from 1) of a
+    list of cut ones, are left out."""
+    cut = [len(epoch_times)] if cut is True else (cut or [])
+    whole = [t for i, t in enumerate(epoch_times) if i + 1 not in cut] or epoch_times
     return round(sum(whole) / len(whole), 1)
 
 

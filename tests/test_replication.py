@@ -392,6 +392,21 @@ def test_a_row_stopped_by_a_time_limit_is_not_finished_and_its_cut_epoch_is_not_
     assert seconds_per_epoch([41.0], cut=True) == 41.0  # one epoch: nothing else to average
 
 
+def test_an_epoch_cut_inside_a_resumed_run_is_found_and_not_averaged():
+    """A budget stopped the run inside its 3rd epoch; the next call resumed from that epoch's end and ran to the
+    5th: the 3rd is cut (1,472 of 3,922 steps), the run's last is whole."""
+    from replication import cut_epochs, last_epoch_cut, seconds_per_epoch, stopped_by
+
+    ends = [3922, 7844, 9316, 13238, 17160]  # the optimizer-step count at each epoch's end
+    history = [{"step": n, "val/ppl": 10 - i, "train/epoch_time_s": t}
+               for i, (n, t) in enumerate(zip(ends, [1000.0, 1010.0, 390.0, 1020.0, 1030.0]))]
+    assert cut_epochs(history) == [3] and not last_epoch_cut(history)
+    assert stopped_by(history, patience=2) == "epoch limit"
+    assert seconds_per_epoch([h["train/epoch_time_s"] for h in history], cut_epochs(history)) == 1015.0
+    assert cut_epochs(history[:3]) == [3] and last_epoch_cut(history[:3])
+    assert cut_epochs([{"val/ppl": 1.0, "train/epoch_time_s": 1.0}] * 3) == []  # records without the column
+
+
 def test_run_summary_averages_the_whole_epochs_only():
     history = [{"epoch": e, "step": s, "val/ppl": 300.0 - e, "train/epoch_time_s": t}
                for e, (s, t) in enumerate([(99, 500.0), (199, 520.0), (229, 60.0)])]  # the third cut at 30 steps

@@ -33,6 +33,21 @@ def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = T
     (folder / f"{row}.json").write_text(json.dumps({**record, **extra}))
 
 
+def test_an_epoch_cut_inside_the_best_row_is_said_with_the_updates_it_lost(tmp_path):
+    run = driver()
+    steps = [3922] * 9
+    steps[4] = 1472  # the 5th epoch cut short by a session's budget; the row resumed from its end
+    result(tmp_path, "modern", 4.5, 4.76, cut_epochs=[5])
+    record = json.loads((tmp_path / "modern.json").read_text())
+    record["history"] = [{**h, "steps": n} for h, n in zip(record["history"], steps)]
+    (tmp_path / "modern.json").write_text(json.dumps(record))
+    said = ("epoch 5 cut short by a time limit (1,472 of 3,922 updates), the run resumed from its end: 0.62 of an "
+            "epoch's updates fewer than its command plans")
+    text = run.tables(tmp_path)
+    assert text.count(said) == 2  # in the target's line and under the row's own heading
+    assert run.epoch_seconds(record) == 400.0
+
+
 def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
     run = driver()
     result(tmp_path, "modern", 4.5, 4.76)

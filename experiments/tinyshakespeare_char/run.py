@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, best_epoch, finished, last_epoch_cut, load_result, machine_line, pct,
+from replication import (DATA_DIR, best_epoch, cut_epochs, epoch_steps, finished, last_epoch_cut, load_result, machine_line, pct,
                          provenance_footnote, provenance_mark, row_marks, seconds_per_epoch, short_commit, stopped_by,
                          write_result)
 
@@ -174,15 +174,17 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
         "epochs": len(history), "best_epoch": best_epoch(history),
         "stopped_by": stopped_by(history, PATIENCE),
         "converged": replication.converged(record, PATIENCE, ROWS[row][2]),
-        "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history], last_epoch_cut(history)),
+        "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history],
+                                               cut_epochs(history) or last_epoch_cut(history)),
+        "cut_epochs": cut_epochs(history),  # a time limit cut them short (a resumed row goes on from their end)
         "wall_time_s": round(record["wall_time_s"]),
         "valid": record["metrics"]["val/ppl_best"],
         "scored_valid": scored["valid"]["neural"],  # the best checkpoint scored again by nplm-mix
         "kn5_valid": scored["valid"]["ngram"], "mix_valid": scored["valid"]["mix_em"],
         "mix_weight": scored["weights"]["em"], "valid_tokens": scored["tokens"]["valid"],
         "history": [{"epoch": r["epoch"] + 1, "train_ppl": r.get("train/ppl"), "valid_ppl": r["val/ppl"],
-                     "tokens_per_s": r["train/tokens_per_s"], "epoch_time_s": r["train/epoch_time_s"]}
-                    for r in history],
+                     "tokens_per_s": r["train/tokens_per_s"], "epoch_time_s": r["train/epoch_time_s"], "steps": n}
+                    for r, n in zip(history, epoch_steps(history) or [None] * len(history))],
     }
 
 
@@ -241,7 +243,8 @@ def tables(results: Path | None = None) -> str:
         if not r:
             continue
         lines += ["", f"### {what}", "",
-                  f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min.",
+                  f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min"
+                  + (f"; {inner_cuts(r)}." if inner_cuts(r) else "."),
                   "", "| epoch | train ppl | valid ppl | tokens/s | epoch time (s) |", "|---:|---:|---:|---:|---:|"]
         for h in r["history"]:
             train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
@@ -252,8 +255,23 @@ def tables(results: Path | None = None) -> str:
 
 
 def epoch_seconds(r: dict) -> float:
-    """A row's training time per whole epoch: a last epoch cut short by a time limit is left out."""
-    return seconds_per_epoch([h["epoch_time_s"] for h in r["history"]], r["stopped_by"].startswith("time limit"))
+    """A row's training time per whole epoch: epochs cut short by a time limit are left out."""
+    return seconds_per_epoch([h["epoch_time_s"] for h in r["history"]],
+                             r.get("cut_epochs") or r["stopped_by"].startswith("time limit"))
+
+
+def inner_cuts(r: dict) -> str:
+    """What a row's epochs cut short inside its run (not its last: `stopped_by` says that) cost it in updates,
+    in words ("" where none was): a budget stopped it inside an epoch, and it resumed from that epoch's end."""
+    cut = [e for e in r.get("cut_epochs") or [] if e < r["epochs"]]
+    if not cut:
+        return ""
+    steps = {h["epoch"]: h["steps"] for h in r["history"]}
+    whole = max(steps.values())
+    missing = sum(whole - steps[e] for e in cut) / whole
+    return (f"epoch{'s' * (len(cut) > 1)} {', '.join(map(str, cut))} cut short by a time limit "
+            f"({', '.join(f'{steps[e]:,} of {whole:,} updates' for e in cut)}), the run resumed from "
+            f"{'their' if len(cut) > 1 else 'its'} end: {missing:.2f} of an epoch's updates fewer than its command plans")
 
 
 def modern_rows(rows: dict[str, dict | None]) -> dict[str, dict]:
@@ -306,6 +324,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     notes.append(("met" if mean < kn5 else "missed")
                  + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else ""))
     versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
+    if inner_cuts(r):
+        versus += f"; {inner_cuts(r)}"
     lines = [f"- The best modern NPLM row, {ROWS[row][1]}{provenance_mark(r)}: {versus}; "
              f"{gap:+.4f} nats per character from nanoGPT's {NANOGPT_LOSS} ({pct(r['valid'], nanogpt)})."]
     lines += [f"- Not counted, not finished ({modern[name]['stopped_by']} after {modern[name]['epochs']} epochs): "
