@@ -13,6 +13,7 @@
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
 #            captured (COMPILE_PATHS; add compiled-reduce-overhead for torch.compile's own graphs) (~3 min);
+#   compile_wt103: gpu_step.py at the WikiText-103 shape, captured and compile=true captured (~3 min);
 #   compile_capture: gpu_compile_capture.py, the plain captured loop with and without inductor's loss (~3 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
@@ -67,10 +68,15 @@ for part in ${PARTS//,/ }; do
         > "$DEST/gpu_step_compile.txt" 2>&1
       echo "gpu_step --compile: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile/gpu_step.md" 2>/dev/null
       grep -E "error|Error" "$DEST/gpu_step_compile.txt" | tail -n 8 ;;
+    compile_wt103)  # the WikiText-103 shape, captured with and without compile=true
+      timeout 280 python3 experiments/bench/gpu_step.py --shapes wikitext103 --paths captured,compiled --out "$DEST/compile_wt103" \
+        > "$DEST/gpu_step_compile_wt103.txt" 2>&1
+      echo "gpu_step wikitext103 --paths captured,compiled: exit $? after $(( $(date +%s) - START )) s"
+      cat "$DEST/compile_wt103/gpu_step.md" 2>/dev/null; grep -E "error|Error" "$DEST/gpu_step_compile_wt103.txt" | tail -n 8 ;;
     compile_capture)
       timeout 280 python3 experiments/bench/gpu_compile_capture.py --out "$DEST/compile_capture" > "$DEST/gpu_compile_capture.txt" 2>&1
       echo "gpu_compile_capture: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile_capture/gpu_compile_capture.md" 2>/dev/null ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile, compile_capture"; exit 2 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile, compile_wt103, compile_capture"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"
