@@ -148,6 +148,16 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     # its 10 epochs) with the cosine stretched over 12 epochs, in float32 (CPUs without bf16 arithmetic)
     "modern-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
                                                            bf16=False),
+    # that CPU row again on one GPU, in float32 and in bf16 (which of precision and schedule length made it the
+    # best), and its cosine stretched over 16 and 20 epochs (each a few minutes on a GPU, run in parallel)
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
+                                                                    ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
+                                                               ema=0.9995, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine16-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=16, weight_decay=0.3,
+                                                                    ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine20-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=20, weight_decay=0.3,
+                                                                    ema=0.9995, bf16=False, gpu=True),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
