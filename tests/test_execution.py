@@ -127,6 +127,9 @@ def test_a_run_stopped_before_any_validation_records_no_best_perplexity(tmp_path
     assert metrics["val/ppl_best"] is None and math.isfinite(metrics["test/ppl"])
     record = json.loads((tmp_path / "run" / "metrics.json").read_text(), parse_constant=lambda name: name)
     assert record["metrics"]["val/ppl_best"] is None
+    from nplm.cli.train import sweep_objective  # a sweeper (Optuna) gets NaN: a trial without a value
+
+    assert math.isnan(sweep_objective(metrics)) and sweep_objective({"val/ppl_best": 5.25}) == 5.25
 
 
 def test_logged_steps_count_optimizer_steps(tmp_path):

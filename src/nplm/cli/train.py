@@ -294,6 +294,13 @@ def command_line(argv: list[str]) -> None:
         sys.exit(EXIT_USER_ERROR)
 
 
+def sweep_objective(metrics: dict) -> float:
+    """What a job returns to a hyperparameter-search sweeper (Optuna): its best validation perplexity, or NaN
+    where no validation ran (`val/ppl_best` null: a trial without a value, as a failed job's)."""
+    best = metrics.get("val/ppl_best")
+    return float("nan") if best is None else float(best)
+
+
 def _run_jobs() -> None:
     """Hydra's part: compose each job's config (one, or each of a `-m` sweep) and call `train(cfg)`. In
     a multirun a job that fails (its settings were checked before the first job: bad data, a fault) is
@@ -326,7 +333,7 @@ def _run_jobs() -> None:
             logging.getLogger(__name__).exception("job failed; the sweep goes on")
             failed.append(f"{type(err).__name__}: {err}")
             return float("nan")
-        return metrics["val/ppl_best"]  # the objective for hyperparameter-search sweepers
+        return sweep_objective(metrics)
 
     job()
     if failed:
