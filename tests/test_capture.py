@@ -202,6 +202,38 @@ def test_the_graph_lives_across_epochs_until_the_head_resizes():
     assert step._inputs is None and step.replays == 0
 
 
+def test_a_failed_capture_that_broke_the_generator_stops_in_one_line_else_trains_eagerly(monkeypatch, caplog):
+    """A capture that fails (here: no CUDA to capture on) trains eagerly, one warning; where the failure left the
+    device's generator refusing to draw (seen on an H200: "Offset increment outside graph capture"), the eager
+    fallback cannot go on: one error naming cuda_graphs=false."""
+    def refused(*args, **kwargs):
+        raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+
+    assert capture.random_numbers_work(torch.device("cpu"))
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "rand", refused)
+        assert not capture.random_numbers_work(torch.device("cpu"))
+    for broken in (False, True):
+        lm = language_model("nplm", "softmax")
+        optimizer, _ = optimizer_of(lm)
+        step = CapturedStep(lm._train_loss, lm.parameters(), optimizer, dry=True)
+        step.graphed = True  # as on CUDA: the step after the warm-up captures (torch.cuda.CUDAGraph fails here)
+        monkeypatch.setattr(capture, "random_numbers_work", lambda device, ok=not broken: ok)
+        data = batches(capture.WARMUP_STEPS + 2)
+        for context, target in data[:capture.WARMUP_STEPS]:
+            step.step(context, target)
+        if broken:
+            with pytest.raises(capture.CaptureBrokeGenerator, match=r"^cuda_graphs: capturing the training step "
+                               r"failed \(.+\) and left the GPU's random number generator refusing to draw .+; run "
+                               r"again with cuda_graphs=false$"):
+                step.step(*data[-2])
+        else:
+            with caplog.at_level(logging.WARNING, logger="nplm.training.capture"):
+                for context, target in data[-2:]:
+                    step.step(context, target)
+            assert step.failed and step.replays == 0 and "training eagerly" in caplog.text
+
+
 def test_a_partial_batch_after_the_warm_up_trains_eagerly_and_is_not_captured():
     """The graph keeps the first batch's shape: a short last batch right after the warm-up does not become
     the static shape (with the graph kept across epochs, every later full batch would run eagerly)."""

@@ -112,6 +112,21 @@ def _no_sync_check():
         torch.cuda.set_sync_debug_mode(before)
 
 
+class CaptureBrokeGenerator(RuntimeError):
+    """A failed capture left the device's random number generator unusable: eager steps cannot go on."""
+
+
+def random_numbers_work(device: torch.device) -> bool:
+    """Whether `device`'s default generator still draws. After some failed captures PyTorch's CUDA generator
+    refuses every random op ("Offset increment outside graph capture encountered unexpectedly"), so the
+    eager fallback would fail at its first dropout with that message."""
+    try:
+        torch.rand(1, device=device)
+    except RuntimeError:
+        return False
+    return True
+
+
 class CapturedStep:
     """One training step per call: `step(context, target)` trains on one batch, replaying the captured
     graph where the batch has the captured shape. `loss_sum` (float64, on the device) accumulates the
@@ -222,8 +237,8 @@ class CapturedStep:
         """Capture `_step` on the static inputs; False (and one log line) where that fails."""
         for p in self.params:
             p.grad = None
-        graph = torch.cuda.CUDAGraph()
         try:
+            graph = torch.cuda.CUDAGraph()
             with _no_sync_check(), self._autocast():
                 self._stream.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.graph(graph, stream=self._stream):
@@ -231,6 +246,11 @@ class CapturedStep:
                 torch.cuda.current_stream(self.device).wait_stream(self._stream)
         except Exception as err:  # noqa: BLE001 - any failure: train eagerly, say why in one line
             self.failed = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:200]
+            if not random_numbers_work(self.device):
+                raise CaptureBrokeGenerator(
+                    f"cuda_graphs: capturing the training step failed ({self.failed}) and left the GPU's random number "
+                    "generator refusing to draw (PyTorch's, after some failed captures); run again with "
+                    "cuda_graphs=false") from err
             log.warning("cuda_graphs: capturing the training step failed (%s); training eagerly (%s)",
                         self.failed, SILENCE)
             for p in self.params:
