@@ -501,6 +501,26 @@ def test_a_compiled_step_on_cuda_is_captured_and_trains_as_the_eager_step():
     assert [s.item() for s in sums] == pytest.approx(want, rel=3e-2)
 
 
+def test_nplm_train_captures_the_compiled_step_compiling_it_once(run_train, compile_backend, monkeypatch):
+    """compile=true with the captured step (dry: the same calls on the static buffers, no graph), as a GPU run
+    drives it: every full batch replays, the loss is compiled once for them (and once more for the epoch's
+    partial last batch, of another shape), and the perplexities are the uncaptured compiled run's."""
+    from torch._dynamo.testing import CompileCounter
+
+    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true", "data.batch_size=8"]  # 14 full batches, 1 short
+    plain = run_train(*overrides)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    monkeypatch.setenv("NPLM_COMPILE_BACKEND", "eager")  # (the counter wraps the eager backend)
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **kw: compile_(f, **{**kw, "backend": counter}))
+    captured = dry_run(run_train, monkeypatch, *overrides)
+    assert captured["train/graph_steps"] == full_batches(captured, batch=8) - capture.WARMUP_STEPS == 11
+    assert counter.frame_count == 2  # the full batches' shape, and the partial last batch's
+    for key in ("train/ppl", "val/ppl"):
+        assert captured[key] == pytest.approx(plain[key], rel=1e-5), key
+
+
 def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(run_train, compile_backend,
                                                                               monkeypatch):
     """NPLM_COMPILE_MODE=reduce-overhead (torch.compile's own CUDA graphs): every training batch starts a new
