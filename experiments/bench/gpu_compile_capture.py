@@ -103,5 +103,6 @@ def table(result: dict) -> list[str]:
         lines.append(f"| {r['batch']} | {r['variant']} | {ms} | {tps} | {ratio} | {r.get('error', '')} |")
     return lines
 
+
 if __name__ == "__main__":
     main()

@@ -46,9 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, best_epoch, cut_epochs, epoch_steps, finished, last_epoch_cut, load_result, machine_line, pct,
-                         provenance_footnote, provenance_mark, row_marks, seconds_per_epoch, short_commit, stopped_by,
-                         write_result)
+from replication import (DATA_DIR, best_epoch, cut_epochs, epoch_steps, finished, last_epoch_cut, load_result,
+                         machine_line, pct, provenance_footnote, provenance_mark, row_marks, seconds_per_epoch,
+                         short_commit, stopped_by, write_result)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -253,9 +253,10 @@ def tables(results: Path | None = None) -> str:
         r = rows[row]
         if not r:
             continue
+        cuts = inner_cuts(r)
         lines += ["", f"### {what}", "",
                   f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min"
-                  + (f"; {inner_cuts(r)}." if inner_cuts(r) else "."),
+                  + (f"; {cuts}." if cuts else "."),
                   "", "| epoch | train ppl | valid ppl | tokens/s | epoch time (s) |", "|---:|---:|---:|---:|---:|"]
         for h in r["history"]:
             train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
@@ -335,8 +336,8 @@ def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
     notes.append(("met" if mean < kn5 else "missed")
                  + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else ""))
     versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
-    if inner_cuts(r):
-        versus += f"; {inner_cuts(r)}"
+    if cuts := inner_cuts(r):
+        versus += f"; {cuts}"
     lines = [f"- The best modern NPLM row, {ROWS[row][1]}{provenance_mark(r)}: {versus}; "
              f"{gap:+.4f} nats per character from nanoGPT's {NANOGPT_LOSS} ({pct(r['valid'], nanogpt)})."]
     averaged = {name: v for name, v in done.items()

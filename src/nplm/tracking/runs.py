@@ -113,6 +113,15 @@ def _last_checkpoint(run_dir: Path) -> Path | None:
     return path if path.is_file() else None
 
 
+RESUME_OFF = (None, False, "false", "null")  # resume=null: a fresh run
+RESUME_NEWEST = (True, "true")  # resume=true: the newest run with these overrides (any other value names one)
+
+
+def names_a_run(resume) -> bool:
+    """Whether `resume` names a run folder or a checkpoint (neither off nor true)."""
+    return resume not in RESUME_OFF and resume not in RESUME_NEWEST
+
+
 def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: bool = False
                    ) -> tuple[Path, Path | None]:
     """(the folder the run writes to, the checkpoint to continue from or None).
@@ -126,11 +135,11 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
             _check_same(out_dir, record, overrides, allow_changes)
             log.info("continuing %s from %s", out_dir, ckpt)
             return out_dir, ckpt
-        if resume in (True, "true") or not Path(str(resume)).is_file():
+        if resume in RESUME_NEWEST or not Path(str(resume)).is_file():
             return out_dir, None
-    if resume in (None, False, "false", "null"):
+    if resume in RESUME_OFF:
         return out_dir, None
-    if resume in (True, "true"):
+    if resume in RESUME_NEWEST:
         old = latest_to_continue(out_dir, overrides, allow_changes)
         if old is None:  # nothing to continue: a fresh start
             return out_dir, None

@@ -114,6 +114,7 @@ class LanguageModel(pl.LightningModule):
         self.cuda_graphs = True  # capture the training step on a CUDA device (config key cuda_graphs)
         self._captured: CapturedStep | None = None
         self.flops: FlopReport | None = None  # the training step's FLOPs and the device's peak (FlopCount)
+        self._resumed_rng: dict | None = None  # the checkpoint's generators, until training resumes (_restore_rng)
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -512,7 +513,7 @@ class LanguageModel(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]
-        self._resumed_rng = checkpoint[CHECKPOINT_KEY].get("rng")  # set again when training resumes (on_train_start)
+        self._resumed_rng = checkpoint[CHECKPOINT_KEY].get("rng")
 
     def _rng_state(self) -> dict:
         """The random number generators training draws from (dropout, sampled heads): the CPU's, and the
@@ -522,7 +523,7 @@ class LanguageModel(pl.LightningModule):
         return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(self.device) if cuda else None}
 
     def _restore_rng(self) -> None:
-        state, self._resumed_rng = getattr(self, "_resumed_rng", None), None
+        state, self._resumed_rng = self._resumed_rng, None
         if state is None:  # a fresh run, or a checkpoint written before the state was saved
             return
         torch.set_rng_state(state["cpu"])

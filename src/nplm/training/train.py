@@ -26,8 +26,8 @@ from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
-from nplm.tracking.runs import (clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides, read_record,
-                               resolve_resume)
+from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
+                                names_a_run, read_record, resolve_resume)
 from nplm.training.checkpoint import check_resumable
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
@@ -73,7 +73,7 @@ def train(cfg: DictConfig) -> dict:
         raise
     # a finished run in this folder is skipped (a re-run sweep), unless resume names a run or checkpoint:
     # then it goes on (a raised trainer.max_epochs, or a run a time limit stopped, trains on)
-    named = cfg.get("resume") not in (None, False, True, "true", "false", "null") and not is_multirun()
+    named = names_a_run(cfg.get("resume")) and not is_multirun()
     done = None if named else finished_job(fresh, overrides)
     if done is None:
         try:
@@ -81,7 +81,7 @@ def train(cfg: DictConfig) -> dict:
         except UserError:
             discard_fresh(fresh)  # nothing written; an old job folder stays as it was
             raise
-        if cfg.get("resume") in (True, "true"):  # the newest run with these overrides had finished
+        if cfg.get("resume") in RESUME_NEWEST:  # the newest run with these overrides had finished
             done = finished_job(out_dir, overrides)
     if done is not None:
         log.info("skipping %s: already finished", done["dir"])
