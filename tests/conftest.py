@@ -92,9 +92,13 @@ def compile_backend(monkeypatch):
     """The backend compile=true uses in a test: "aot_eager" (the graph capture through AOT autograd, as
     inductor's; seconds), or "inductor" with NPLM_TEST_INDUCTOR=1 (code generation too; gpu_check.py). Under
     inductor, random ops (sampling heads, dropout) fall back to eager's generator, so that a compiled run
-    draws the same numbers as the eager one it is compared with (inductor's own stream differs)."""
+    draws the same numbers as the eager one it is compared with (inductor's own stream differs); and the eager
+    runs drop out with torch's dropout, as compiled steps do (`nplm.fast.dropout`'s CPU mask is eager-only)."""
+    from nplm.fast import dropout
+
     backend = "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager"
     monkeypatch.setenv("NPLM_COMPILE_BACKEND", backend)
+    monkeypatch.setattr(dropout, "applies", lambda *_: False)
     if backend != "inductor":
         yield backend
         return
