@@ -139,6 +139,28 @@ def test_a_run_records_its_flops_and_mfu(run_train, tmp_path, monkeypatch):
     assert (tmp_path / "data" / peak.CACHE_FILE).is_file()
 
 
+def test_a_peak_measured_under_load_is_measured_again_when_the_run_outpaces_it(run_train, tmp_path, monkeypatch):
+    """A cached CPU peak of 1 kFLOP/s (as measured beside another job, far below any real rate): the run's
+    first epoch outpaces it, so the peak is measured again and cached, and every epoch's MFU is below 1."""
+    monkeypatch.setattr(peak, "_measured", {})
+    key = f"{peak.device_name(torch.device('cpu'))}|torch.float32|threads={torch.get_num_threads()}"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / peak.CACHE_FILE).write_text(json.dumps({key: 1e3}))
+    metrics = run_train(*TOY_FAST)
+    cached = json.loads((tmp_path / "data" / peak.CACHE_FILE).read_text())[key]
+    assert cached > 1e6 and metrics["device/peak_flops"] == cached
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert len(rows) == 2 and all(0 < float(r["train/mfu"]) < 1 for r in rows)
+
+
+def test_a_measured_peak_is_kept_while_the_run_stays_below_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(peak, "measure_peak", lambda device, dtype: pytest.fail("measured again"))
+    measured = Peak(5e10, "measured", "fp32")
+    assert peak.at_least(measured, 4e10, torch.device("cpu"), tmp_path) is measured
+    table = Peak(1e12, "table: H100 SXM", "bf16")
+    assert peak.at_least(table, 2e12, torch.device("cpu"), tmp_path) is table  # a datasheet figure stays
+
+
 def test_a_block_run_counts_every_position_of_its_blocks(run_train):
     """data.block_size=5: a training batch is up to 32 blocks of 5 tokens (the toy corpus has 23 whole
     blocks), every position through the head: 115 tokens a step, not 23."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -33,7 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from nplm.data.blocks import Blocks
 from nplm.data.windows import Windows
 from nplm.fast import aligned
-from nplm.training.peak import Peak, device_peak, precision_of
+from nplm.training.peak import Peak, at_least, device_peak, precision_of
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ class FlopReport:
     per_step: int  # forward + backward of one training batch
     tokens_per_step: int  # the batch's tokens (one per window)
     peak: Peak  # of one device
+    device: torch.device | None = None  # where a measured peak is measured again (`checked`)
+    data_dir: str | Path | None = None  # and cached
 
     @property
     def per_token(self) -> float:
@@ -101,6 +103,15 @@ class FlopReport:
     def mfu(self, tokens_per_s: float, devices: int = 1) -> float:
         """Model FLOP utilisation of `devices` devices that train `tokens_per_s` tokens a second together."""
         return tokens_per_s * self.per_token / (self.peak.flops * devices)
+
+    def checked(self, tokens_per_s: float, devices: int = 1) -> "FlopReport":
+        """This report, its measured peak raised where `tokens_per_s` of `devices` devices exceed it
+        (`nplm.training.peak.at_least`: a peak measured under another job's load)."""
+        if self.device is None or self.data_dir is None:
+            return self
+        achieved = tokens_per_s * self.per_token / devices
+        peak = at_least(self.peak, achieved, self.device, self.data_dir)
+        return self if peak is self.peak else replace(self, peak=peak)
 
     def metrics(self) -> dict[str, float]:
         """The numbers for metrics.json (`train/mfu` is logged per epoch by the LightningModule)."""
@@ -131,7 +142,7 @@ class FlopCount(pl.Callback):
         step = count_step_flops(pl_module.model, pl_module.head, context, target, features=pl_module.features)
         tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
         report = FlopReport(step, target.numel(), device_peak(device, precision_of(trainer.precision, tf32),
-                                                              self.data_dir))
+                                                              self.data_dir), device, self.data_dir)
         log.info("%.4g FLOPs per training batch of %d tokens (%.4g per token); peak %.4g FLOP/s (%s, %s)", step,
                  report.tokens_per_step, report.per_token, report.peak.flops, report.peak.source, report.peak.precision)
         pl_module.flops = report

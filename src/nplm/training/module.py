@@ -419,6 +419,7 @@ class LanguageModel(pl.LightningModule):
         rate = tokens / max(seconds, 1e-9)
         self.log("train/tokens_per_s", rate, sync_dist=True)
         if self.flops is not None:  # model FLOP utilisation of the run's devices
+            self.flops = self.flops.checked(rate, self.trainer.world_size)  # a peak measured under load: again
             self.log("train/mfu", self.flops.mfu(rate, self.trainer.world_size), sync_dist=True)
         self.log("train/epoch_time_s", seconds, sync_dist=True)
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]  # this epoch's (a copy: a captured step's is filled in place)
