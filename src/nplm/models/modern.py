@@ -156,7 +156,7 @@ class ModernNPLM(Model):
         nn.init.normal_(self.E.weight, std=0.02)  # the public code's --emb-std, times sqrt(d) on the way in
         self.scale = d ** 0.5
         self.A = nn.Parameter(torch.full((g, k - w), 1.0 / max(k - w, 1))) if g else None  # [g, k - w]
-        self.dropout = Dropout(cfg.dropout)  # nn.Dropout, its CPU mask 4x cheaper
+        self.dropout = Dropout(cfg.dropout)  # nn.Dropout, its CPU mask a quarter of the random draws
         self.blocks = nn.ModuleList(
             [Block((w + g) * d, cfg.first_hidden_dim or cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm)]
             + [Block(d, cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm) for _ in range(cfg.num_layers - 1)])

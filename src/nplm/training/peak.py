@@ -129,8 +129,7 @@ def device_peak(device: torch.device, precision: str, data_dir: str | Path) -> P
     name = device_name(device)
     if device.type == "cuda" and (known := table_peak(name, precision)) is not None:
         return known
-    key = _cache_key(device, precision)
-    path = Path(data_dir).expanduser() / CACHE_FILE
+    key, path = _cache_key(name, device, precision), _cache_path(data_dir)
     if key not in _measured:
         cached = _read_cache(path)
         if not isinstance(cached.get(key), (int, float)):
@@ -146,7 +145,7 @@ def at_least(peak: Peak, achieved: float, device: torch.device, data_dir: str | 
     (a measurement under another job's load), the larger of a new measurement and `achieved`, cached."""
     if peak.source != "measured" or achieved <= peak.flops:
         return peak
-    key, path = _cache_key(device, peak.precision), Path(data_dir).expanduser() / CACHE_FILE
+    key, path = _cache_key(device_name(device), device, peak.precision), _cache_path(data_dir)
     flops = max(measure_peak(device, DTYPES[peak.precision]), achieved)
     log.warning("the measured peak of %s, %.3g FLOP/s, is below this run's own %.3g FLOP/s (measured while another "
                 "job used the device?): measured again, %.3g FLOP/s cached in %s", key, peak.flops, achieved, flops,
@@ -158,9 +157,14 @@ def at_least(peak: Peak, achieved: float, device: torch.device, data_dir: str | 
     return Peak(_measured[key], "measured", peak.precision)
 
 
-def _cache_key(device: torch.device, precision: str) -> str:
+def _cache_key(name: str, device: torch.device, precision: str) -> str:
+    """`name` (`device_name(device)`), the precision's dtype and, on a CPU, the thread count."""
     threads = f"|threads={torch.get_num_threads()}" if device.type == "cpu" else ""
-    return f"{device_name(device)}|{DTYPES[precision]}{threads}"
+    return f"{name}|{DTYPES[precision]}{threads}"
+
+
+def _cache_path(data_dir: str | Path) -> Path:
+    return Path(data_dir).expanduser() / CACHE_FILE
 
 
 def _read_cache(path: Path) -> dict:
