@@ -52,7 +52,7 @@ def test_issue_40s_target_line_counts_the_finished_rows_with_the_moving_average_
     run = driver()
     result(tmp_path, "modern", 4.40, 4.76)  # no moving average: not the recipe's default
     result(tmp_path, "modern-d256-w4-dropout2-wd3-cosine12-ema", 4.57, 4.76)
-    result(tmp_path, "modern-gpu-d256-w4-dropout2-wd10-cosine12-ema-fp32", 4.50, 4.76, converged=False)
+    result(tmp_path, "modern-gpu-d256-w4-dropout2-wd4-cosine12-ema-fp32", 4.50, 4.76, converged=False)
     assert ("- Issue 40's target, the modern NPLM with the recipe's moving average at most 4.55, finished: 4.570 "
             "(modern-d256-w4-dropout2-wd3-cosine12-ema), missed by 0.020.") in run.tables(tmp_path)
     result(tmp_path, "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema", 4.549, 4.76)

@@ -28,7 +28,8 @@ over 12 epochs; `-cosine14-ema` over 14; `modern-d256-w4-dropout2-wd6-cosine12-e
 trained on batches of 16 blocks of 16 consecutive characters, every position of a block at once, over 12
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
-dropout, weight decay 0.3, 0.6 or 1.0, a longer average or wider layers against its overfitting). For each
+dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, a second
+seed, and windows of 2 and 3 with more averages). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
@@ -83,6 +84,10 @@ W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256
 W8_WHAT = "width 256, a window of 8 and 8 averages of the 56 before it, "
 W4 = ["model.embed_dim=256", "model.window=4", "model.summaries=12"]  # width 256, a window of 4, 12 averages
 W4_WHAT = "width 256, a window of 4 and 12 averages of the 60 before it, "
+W3 = ["model.embed_dim=256", "model.window=3", "model.summaries=13"]  # the same 16 vectors a position: 3 + 13
+W3_WHAT = "width 256, a window of 3 and 13 averages of the 61 before it, "
+W2 = ["model.embed_dim=256", "model.window=2", "model.summaries=14"]  # ... 2 + 14
+W2_WHAT = "width 256, a window of 2 and 14 averages of the 62 before it, "
 BLOCK16 = ["data.block_size=16", "data.batch_size=16"]  # batches of 16 blocks of 16 targets: 256 a step
 BLOCK16_WHAT = "trained on batches of 16 blocks of 16 consecutive characters, "
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
@@ -160,18 +165,27 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     # validates worse; 0.3 beat 0.1 on the GPU)
     "modern-d256-w4-dropout2-wd6-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.6, ema=0.9995,
                                                            bf16=False),
-    # that CPU row again on one GPU, in float32 and in bf16 (which of precision and schedule length made it the
-    # best), and with weight decay 0.6 and 1.0 against its overfitting (0.3 beat 0.1 on the GPU, and the 14-epoch
-    # cosine above fits the training characters further and validates worse; each a few minutes on a GPU, run
-    # in parallel)
+    # that CPU row again on one GPU, in float32 (with a second seed: how far the seed moves it) and in bf16
+    # (which of precision and schedule length made it the best), with weight decay 0.4 and 0.6 against its
+    # overfitting (0.3 beat 0.1 on the GPU, and the 14-epoch cosine above fits the training characters further
+    # and validates worse), and with the same 16 vectors a position split as a window of 2 or 3 and more
+    # averages (a window of 4 and 12 averages beat a window of 8 and 8); each a few minutes on a GPU, run in
+    # parallel
     "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
                                                                     ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=12,
+                                                                          weight_decay=0.3, ema=0.9995, bf16=False,
+                                                                          gpu=True, seed=2),
     "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
                                                                ema=0.9995, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd4-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.4,
+                                                                    ema=0.9995, bf16=False, gpu=True),
     "modern-gpu-d256-w4-dropout2-wd6-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.6,
                                                                     ema=0.9995, bf16=False, gpu=True),
-    "modern-gpu-d256-w4-dropout2-wd10-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=1.0,
-                                                                     ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w2-dropout2-wd3-cosine12-ema-fp32": cosine_row(W2, W2_WHAT, 0.2, epochs=12, weight_decay=0.3,
+                                                                    ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w3-dropout2-wd3-cosine12-ema-fp32": cosine_row(W3, W3_WHAT, 0.2, epochs=12, weight_decay=0.3,
+                                                                    ema=0.9995, bf16=False, gpu=True),
     # the CPU row trained as the paper trains: batches of 16 blocks of 16 consecutive characters, every position
     # of a block at once (issue 39's whole-block training; 2.3x the windows' tokens/s on these 2 CPUs), its cosine
     # over 12 epochs and over 16
