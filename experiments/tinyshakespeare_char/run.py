@@ -24,8 +24,8 @@ checkpointed and scored on an exponential moving average of its weights, decay 0
 `modern-d256-w8-dropout2-cosine8` (the dropout-0.2 row over 8 epochs), `modern-d256-w4-dropout2-cosine10`
 (the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as the window-8 row's),
 `modern-d256-w4-dropout2-wd3-cosine12-ema` (that with weight decay 0.3 and the moving average, its cosine
-over 12 epochs; `-cosine14-ema` over 14; `modern-d256-w4-dropout2-wd6-cosine12-ema` with weight decay 0.6; `modern-d256-w3-dropout2-wd3-cosine12-ema`
-with a window of 3 and 13 averages), `modern-d256-w4-dropout2-wd3-cosine12-ema-block16` and `-cosine16-ema-block16` (that row
+over 12 epochs; `-cosine14-ema` over 14; `modern-d256-w3-dropout2-wd3-cosine12-ema` with a window of 3
+and 13 averages), `modern-d256-w4-dropout2-wd3-cosine12-ema-block16` and `-cosine16-ema-block16` (that row
 trained on batches of 16 blocks of 16 consecutive characters, every position of a block at once, over 12
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
@@ -161,10 +161,6 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     # ... and with its cosine stretched over 14 epochs, on the CPU (the 12-epoch row's best was its 11th epoch, its
     # validation still falling as the step fell)
     "modern-d256-w4-dropout2-wd3-cosine14-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=14, weight_decay=0.3, ema=0.9995,
-                                                           bf16=False),
-    # ... and over 12 epochs with weight decay 0.6 (the 14-epoch row fits the training characters further and
-    # validates worse; 0.3 beat 0.1 on the GPU)
-    "modern-d256-w4-dropout2-wd6-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.6, ema=0.9995,
                                                            bf16=False),
     # ... and with a window of 3 and 13 averages (on the GPU the best of the 12-epoch rows: 4.561 against the
     # window of 4's 4.586 and 4.600)
