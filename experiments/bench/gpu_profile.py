@@ -1,7 +1,9 @@
 """Where a training step's GPU time goes: torch.profiler over eager steps of nplm's model and head at one of
-gpu_step.py's shapes (bf16 autocast, fused AdamW), the top kernels by CUDA time.
+gpu_step.py's shapes (bf16 autocast, fused AdamW), the top kernels by CUDA time and the number of kernels
+a step launches. `--compile`: the loss through torch.compile (inductor, fullgraph) first, as `compile=true`
+compiles it, so the table shows the fused kernels a captured compiled step replays.
 
-    python3 experiments/bench/gpu_profile.py [--shape wikitext103] [--batch 20] [--steps 5] [--rows 30]
+    python3 experiments/bench/gpu_profile.py [--shape wikitext103] [--batch 20] [--steps 5] [--rows 30] [--compile]
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import gpu_step  # noqa: E402
@@ -26,6 +29,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=30)
     parser.add_argument("--device", default="cuda", help="cpu: a check of the script (bf16 autocast on the CPU)")
+    parser.add_argument("--compile", action="store_true", help="the loss compiled by inductor before the warm-up")
     args = parser.parse_args()
     spec = gpu_step.SHAPES[args.shape]
     batch = args.batch or spec["batches"][0]
@@ -43,9 +47,11 @@ def main() -> None:
     if block:  # the capacities a run calibrates on its blocks
         lm.head.calibrate(target)
 
+    loss_of = torch.compile(lm._train_loss, fullgraph=True) if args.compile else lm._train_loss
+
     def step():
         with torch.autocast(dev, dtype=torch.bfloat16, cache_enabled=False):
-            loss = lm._train_loss(ids, target).mean()
+            loss = loss_of(ids, target).mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -60,7 +66,10 @@ def main() -> None:
         sync()
     sort = "self_cuda_time_total" if dev == "cuda" else "self_cpu_time_total"  # the kernels themselves
     table = prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60)
-    print(f"{args.shape} batch {batch}, {args.steps} eager steps on {torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU'}")
+    what = "steps with the loss compiled by inductor" if args.compile else "eager steps"
+    print(f"{args.shape} batch {batch}, {args.steps} {what} on {torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU'}")
+    kernels = sum(e.count for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    print(f"{kernels / args.steps:.0f} CUDA kernels a step")
     print(table)
     modules = prof.key_averages(group_by_input_shape=True).table(sort_by=sort, row_limit=12,
                                                                  max_name_column_width=40)

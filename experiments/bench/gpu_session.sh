@@ -9,6 +9,7 @@
 #            captured step (~4 min);
 #   profile: experiments/bench/gpu_profile.py at the WikiText-103 shape (top kernels by CUDA time) (~1 min);
 #   profile_brown: the same for experiment=sun2021/brown at batch 4,096 (~1 min);
+#   profile_compiled: brown at batch 256 with the loss compiled (compile=true's kernels, how many a step) (~1.5 min);
 #   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
@@ -59,6 +60,9 @@ for part in ${PARTS//,/ }; do
     profile_brown)  # the brown recipe's step at batch 4,096, eager
       timeout 100 python3 experiments/bench/gpu_profile.py --shape brown --batch 4096 > "$DEST/gpu_profile_brown.txt" 2>&1
       echo "gpu_profile brown: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile_brown.txt" | cut -c1-200 ;;
+    profile_compiled)  # the brown recipe's step at batch 256, the loss compiled as compile=true compiles it
+      timeout 150 python3 experiments/bench/gpu_profile.py --shape brown --batch 256 --compile > "$DEST/gpu_profile_compiled.txt" 2>&1
+      echo "gpu_profile brown compiled: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile_compiled.txt" | cut -c1-200 ;;
     alignment)
       timeout 60 python3 experiments/bench/gpu_alignment.py > "$DEST/gpu_alignment.txt" 2>&1
       echo "gpu_alignment: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/gpu_alignment.txt" ;;
@@ -76,7 +80,7 @@ for part in ${PARTS//,/ }; do
     compile_capture)
       timeout 280 python3 experiments/bench/gpu_compile_capture.py --out "$DEST/compile_capture" > "$DEST/gpu_compile_capture.txt" 2>&1
       echo "gpu_compile_capture: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile_capture/gpu_compile_capture.md" 2>/dev/null ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, alignment, compile, compile_wt103, compile_capture"; exit 2 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, profile_compiled, alignment, compile, compile_wt103, compile_capture"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"
