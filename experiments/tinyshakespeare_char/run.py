@@ -29,8 +29,8 @@ and 13 averages), `modern-d256-w4-dropout2-wd3-cosine12-ema-block16` and `-cosin
 trained on batches of 16 blocks of 16 consecutive characters, every position of a block at once, over 12
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
-dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, a second
-seed, and windows of 2 and 3 with more averages). For each
+dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, and
+windows of 2 and 3 with more averages). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
