@@ -81,14 +81,20 @@ def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, g
 # The recipe validates on the weights' moving average since it was measured to help (the -ema rows; Brown's
 # sun2021-ema); every row before that trained without it, and keeps doing so
 NO_EMA = ["callbacks.ema_decay=null"]
-W8 = ["model.embed_dim=256", "model.window=8", "model.summaries=8"]  # width 256, a window of 8, 8 averages
-W8_WHAT = "width 256, a window of 8 and 8 averages of the 56 before it, "
-W4 = ["model.embed_dim=256", "model.window=4", "model.summaries=12"]  # width 256, a window of 4, 12 averages
-W4_WHAT = "width 256, a window of 4 and 12 averages of the 60 before it, "
-W3 = ["model.embed_dim=256", "model.window=3", "model.summaries=13"]  # the same 16 vectors a position: 3 + 13
-W3_WHAT = "width 256, a window of 3 and 13 averages of the 61 before it, "
-W2 = ["model.embed_dim=256", "model.window=2", "model.summaries=14"]  # ... 2 + 14
-W2_WHAT = "width 256, a window of 2 and 14 averages of the 62 before it, "
+
+
+def window_split(window: int) -> tuple[list[str], str]:
+    """Width 256 and the 16 vectors a position reads split as a local `window` and 16 - `window` learned
+    averages of the 64 - `window` characters before it (the overrides, and the row's words for them)."""
+    averages = 16 - window
+    return (["model.embed_dim=256", f"model.window={window}", f"model.summaries={averages}"],
+            f"width 256, a window of {window} and {averages} averages of the {64 - window} before it, ")
+
+
+W8, W8_WHAT = window_split(8)
+W4, W4_WHAT = window_split(4)
+W3, W3_WHAT = window_split(3)
+W2, W2_WHAT = window_split(2)
 BLOCK16 = ["data.block_size=16", "data.batch_size=16"]  # batches of 16 blocks of 16 targets: 256 a step
 BLOCK16_WHAT = "trained on batches of 16 blocks of 16 consecutive characters, "
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
