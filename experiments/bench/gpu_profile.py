@@ -65,10 +65,11 @@ def main() -> None:
             step()
         sync()
     sort = "self_cuda_time_total" if dev == "cuda" else "self_cpu_time_total"  # the kernels themselves
-    table = prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60)
+    averages = prof.key_averages()
+    table = averages.table(sort_by=sort, row_limit=args.rows, max_name_column_width=60)
     what = "steps with the loss compiled by inductor" if args.compile else "eager steps"
     print(f"{args.shape} batch {batch}, {args.steps} {what} on {torch.cuda.get_device_name() if dev == 'cuda' else 'the CPU'}")
-    kernels = sum(e.count for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
+    kernels = sum(e.count for e in averages if e.device_type == DeviceType.CUDA)
     print(f"{kernels / args.steps:.0f} CUDA kernels a step")
     print(table)
     modules = prof.key_averages(group_by_input_shape=True).table(sort_by=sort, row_limit=12,
