@@ -177,6 +177,23 @@ def test_a_fraction_of_batches_that_leaves_none(tmp_path):
                  "windows); use at least 0.25, or a count like 1", *TOY_FAST, "trainer.limit_train_batches=0.001")
 
 
+@pytest.mark.skipif(cpu_cores() < 2, reason="two DDP processes need two CPU cores")
+def test_more_processes_than_training_batches(tmp_path):
+    """Each DDP rank trains on every 2nd batch: 1 batch of 128 windows leaves both none (Lightning warned,
+    trained nothing and called the run finished)."""
+    expect_error(tmp_path, "trainer.devices=2: the 2 training processes share the training split's 1 batch(es) of "
+                 "data.batch_size=128 windows (118 in all), one in 2 each: none; use data.batch_size=59 or lower, "
+                 "or fewer devices", *TOY_FAST, "trainer=ddp", "data.batch_size=128")
+
+
+def test_several_nodes_without_a_cluster(tmp_path, monkeypatch):
+    """No SLURM, no torchrun, no MASTER_ADDR: Lightning waited for the second node forever."""
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    expect_error(tmp_path, "trainer.num_nodes=2: no cluster here to join (no SLURM or torchrun, MASTER_ADDR unset), "
+                 "so the run would wait for the other nodes forever; start it on every node with MASTER_ADDR, "
+                 "MASTER_PORT and NODE_RANK set, or drop trainer.num_nodes", *TOY_FAST, "+trainer.num_nodes=2")
+
+
 def test_a_validation_interval_longer_than_an_epoch(tmp_path):
     expect_error(tmp_path, "trainer.val_check_interval=100: more than the 4 training batches of an epoch; use at most "
                  "4, or a fraction of the epoch such as 0.5", *TOY_FAST, "trainer.val_check_interval=100")

@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from nplm.config.rules import show
 from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
@@ -164,9 +165,18 @@ class LMDataModule(pl.LightningDataModule):
         _check_vocab_size(cfg, vocab)
         return vocab
 
-    def require_batches(self, trainer_cfg) -> None:
+    def require_batches(self, trainer_cfg, processes: int = 1) -> None:
         """A fraction `trainer.limit_*_batches` that leaves a split no whole batch is refused here, with the
-        smallest fraction that works (Lightning would stop with a traceback after the run started)."""
+        smallest fraction that works (Lightning would stop with a traceback after the run started); so are
+        `processes` > 1 (DDP's ranks, each training on every processes-th batch) with fewer training batches
+        than ranks (Lightning would train nothing and call the run finished)."""
+        units = "blocks" if self.block_size else "windows"
+        if processes > 1 and self.train_batches() < processes:
+            items = self._train_items()
+            raise UserError(f"trainer.devices={show(trainer_cfg.get('devices'))}: the {processes} training processes "
+                            f"share the training split's {self.train_batches()} batch(es) of data.batch_size="
+                            f"{self.batch_size} {units} ({items} in all), one in {processes} each: none; use data.batch_size="
+                            f"{max(1, items // processes)} or lower, or fewer devices")
         for split, key, batch_size in (("train", "limit_train_batches", self.batch_size),
                                        ("valid", "limit_val_batches", self.eval_batch_size),
                                        ("test", "limit_test_batches", self.eval_batch_size)):
@@ -174,7 +184,6 @@ class LMDataModule(pl.LightningDataModule):
             if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
                 batches = len(index_batches(self.source(split), batch_size, shuffle=split == "train"))
                 if int(limit * batches) == 0:
-                    units = "blocks" if self.block_size else "windows"
                     raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
                                     f"of {batch_size} {units}); use at least {1 / batches:.3g}, or a count like 1")
 

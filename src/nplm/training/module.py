@@ -392,7 +392,7 @@ class LanguageModel(pl.LightningModule):
             return
         mean = (self._window_loss / self._window_tokens).float()
         if epoch_end:
-            self.log("train/loss", mean, prog_bar=True)
+            self.log("train/loss", mean, prog_bar=True, sync_dist=True)
         else:
             for logger in self.loggers:
                 logger.log_metrics({"train/loss": mean.item()}, step=self.global_step - 1)

@@ -67,7 +67,7 @@ def train(cfg: DictConfig) -> dict:
     overrides = job_overrides()
     try:
         cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
-        check_trainer(container(cfg.trainer))  # and what Lightning refuses when it makes the Trainer
+        processes = check_trainer(container(cfg.trainer))  # and what Lightning refuses when it makes the Trainer
     except UserError as err:
         _fail_fresh_job(fresh, overrides, err)
         raise
@@ -88,11 +88,10 @@ def train(cfg: DictConfig) -> dict:
         return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint")}
     lock = RunLock(out_dir) if rank_zero_only.rank == 0 else None  # a second writer is refused: nothing touched
     try:
-        if ckpt is None:
+        if ckpt is None and rank_zero_only.rank == 0:  # (another rank, started later, would clear rank 0's logs)
             clear_outputs(out_dir)  # a failed job's earlier attempt
-            if rank_zero_only.rank == 0:
-                mark_started(out_dir, cfg, overrides)
-        return _train(cfg, out_dir, ckpt, overrides)
+            mark_started(out_dir, cfg, overrides)
+        return _train(cfg, out_dir, ckpt, overrides, processes)
     except UserError as err:
         finish_wandb(failed=True)
         if isinstance(err, Diverged):  # the run stays as it stopped: its record says so, its checkpoints are kept
@@ -125,15 +124,17 @@ def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: b
         write_json(fresh / "metrics.json", {"status": "failed", "error": str(err), "overrides": overrides})
 
 
-def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None) -> dict:
-    """One run in `out_dir` (from checkpoint `ckpt`, or fresh): the steps, in order."""
+def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None,
+           processes: int = 1) -> dict:
+    """One run in `out_dir` (from checkpoint `ckpt`, or fresh), trained by `processes` processes (DDP's
+    ranks): the steps, in order."""
     set_up_process(cfg)
     dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0), block_size=cfg.data.get("block_size"))
     dm.setup()
     check_same_data(out_dir, dm.files, resuming=ckpt is not None, sweep=is_multirun())
-    dm.require_batches(cfg.trainer)
+    dm.require_batches(cfg.trainer, processes)
     plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
     dm.group_training(plan.batches_per_step, plan.train_batches)
     tree = tree_of_run(cfg, dm, out_dir, train_first=_train)
@@ -183,7 +184,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             metrics.update(module.flops.metrics())
         record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
         metrics["best_checkpoint"] = best_path
-        for logger in loggers:
+        for logger in loggers if record.enabled else []:  # (another rank's W&B experiment is a stand-in)
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
                                                   if k.startswith(("val/", "test/", "train/", "device/"))})

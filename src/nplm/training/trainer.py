@@ -3,6 +3,7 @@ stopping, a wall-clock deadline, progress lines."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -36,19 +37,29 @@ class StopAt(pl.Callback):
 START_UP_KEYS = {"accelerator": "cpu", "devices": 1, "strategy": "auto", "precision": "32-true", "num_nodes": 1}
 
 
-def check_trainer(trainer_cfg: dict) -> None:
+def check_trainer(trainer_cfg: dict) -> int:
     """Make a Trainer of the `trainer` group's settings (nothing is trained or written), before any data is
     read: what Lightning refuses (a strategy that needs a GPU or a missing package, device ids on a CPU)
-    is one `UserError` naming the key, found by setting each of `START_UP_KEYS` back to its safe value."""
+    is one `UserError` naming the key, found by setting each of `START_UP_KEYS` back to its safe value;
+    so is `trainer.num_nodes` > 1 with no other node to join, where Lightning would wait for them forever.
+    Returns the number of training processes (Lightning's world size)."""
+    from lightning_fabric.plugins.environments import LightningEnvironment
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-    def make(options: dict) -> None:
-        pl.Trainer(**options, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False)
+    def make(options: dict) -> pl.Trainer:
+        return pl.Trainer(**options, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False)
 
     options = {k: v for k, v in trainer_cfg.items() if k in START_UP_KEYS}
     try:
-        make(options)
+        trainer = make(options)
+        # no cluster detected (SLURM, torchrun, LSF, ...) and no address of node 0: nothing to join
+        alone = type(getattr(trainer.strategy, "cluster_environment", None)) is LightningEnvironment
+        if trainer.num_nodes > 1 and alone and "MASTER_ADDR" not in os.environ:
+            raise UserError(f"trainer.num_nodes={trainer.num_nodes}: no cluster here to join (no SLURM or torchrun, "
+                            "MASTER_ADDR unset), so the run would wait for the other nodes forever; start it on every "
+                            "node with MASTER_ADDR, MASTER_PORT and NODE_RANK set, or drop trainer.num_nodes")
+        return trainer.world_size
     except (MisconfigurationException, ValueError, TypeError, RuntimeError, ImportError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0].rstrip(".")
         for key in options:
