@@ -25,7 +25,7 @@ checkpointed and scored on an exponential moving average of its weights, decay 0
 (the window of 4 with dropout 0.2 over 10 epochs; `-seed2` and `-ema` as the window-8 row's),
 `modern-d256-w4-dropout2-wd3-cosine12-ema` (that with weight decay 0.3 and the moving average, its cosine
 over 12 epochs; `-cosine14-ema` over 14; `modern-d256-w3-dropout2-wd3-cosine12-ema` with a window of 3
-and 13 averages; `modern-d256-l6-w3-dropout2-wd3-cosine12-ema` that with 6 blocks), `modern-d256-w4-dropout2-wd3-cosine12-ema-block16` and `-cosine16-ema-block16` (that row
+and 13 averages; `modern-d256-l6-w3-dropout2-wd3-cosine12-ema` that with 6 blocks, `-seed2` with seed 2), `modern-d256-w4-dropout2-wd3-cosine12-ema-block16` and `-cosine16-ema-block16` (that row
 trained on batches of 16 blocks of 16 consecutive characters, every position of a block at once, over 12
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
@@ -209,6 +209,10 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     "modern-d256-l6-w3-dropout2-wd3-cosine12-ema": cosine_row([*W3, "model.num_layers=6"],
                                                               W3_WHAT.replace("width 256, ", "width 256, 6 blocks, "),
                                                               0.2, epochs=12, weight_decay=0.3, ema=0.9995, bf16=False),
+    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema-seed2": cosine_row([*W3, "model.num_layers=6"],
+                                                                    W3_WHAT.replace("width 256, ", "width 256, 6 blocks, "),
+                                                                    0.2, epochs=12, weight_decay=0.3, ema=0.9995,
+                                                                    bf16=False, seed=2),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
