@@ -95,6 +95,7 @@ W8, W8_WHAT = window_split(8)
 W4, W4_WHAT = window_split(4)
 W3, W3_WHAT = window_split(3)
 W2, W2_WHAT = window_split(2)
+W3_L6, W3_L6_WHAT = [*W3, "model.num_layers=6"], W3_WHAT.replace("width 256, ", "width 256, 6 blocks, ")
 BLOCK16 = ["data.block_size=16", "data.batch_size=16"]  # batches of 16 blocks of 16 targets: 256 a step
 BLOCK16_WHAT = "trained on batches of 16 blocks of 16 consecutive characters, "
 ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
@@ -206,13 +207,10 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     # added blocks, 0.5M parameters, 17% more arithmetic a character), not in the first block's weights per
     # position (more width or hidden width helped at dropout 0.3; weight decay, schedule and window split left
     # the 4-block rows between 4.561 and 4.600)
-    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema": cosine_row([*W3, "model.num_layers=6"],
-                                                              W3_WHAT.replace("width 256, ", "width 256, 6 blocks, "),
-                                                              0.2, epochs=12, weight_decay=0.3, ema=0.9995, bf16=False),
-    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema-seed2": cosine_row([*W3, "model.num_layers=6"],
-                                                                    W3_WHAT.replace("width 256, ", "width 256, 6 blocks, "),
-                                                                    0.2, epochs=12, weight_decay=0.3, ema=0.9995,
-                                                                    bf16=False, seed=2),
+    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema": cosine_row(W3_L6, W3_L6_WHAT, 0.2, epochs=12, weight_decay=0.3,
+                                                              ema=0.9995, bf16=False),
+    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema-seed2": cosine_row(W3_L6, W3_L6_WHAT, 0.2, epochs=12,
+                                                                    weight_decay=0.3, ema=0.9995, bf16=False, seed=2),
 }
 PATIENCE = 2  # as the two experiment files
 TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)

@@ -171,10 +171,10 @@ class LMDataModule(pl.LightningDataModule):
         `processes` > 1 (DDP's ranks, each training on every processes-th batch) with fewer training batches
         than ranks (Lightning would train nothing and call the run finished)."""
         units = "blocks" if self.block_size else "windows"
-        if processes > 1 and self.train_batches() < processes:
+        if processes > 1 and (batches := self.train_batches()) < processes:
             items = self._train_items()
             raise UserError(f"trainer.devices={show(trainer_cfg.get('devices'))}: the {processes} training processes "
-                            f"share the training split's {self.train_batches()} batch(es) of data.batch_size="
+                            f"share the training split's {batches} batch(es) of data.batch_size="
                             f"{self.batch_size} {units} ({items} in all), one in {processes} each: none; use data.batch_size="
                             f"{max(1, items // processes)} or lower, or fewer devices")
         for split, key, batch_size in (("train", "limit_train_batches", self.batch_size),
