@@ -15,7 +15,12 @@
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
 #            captured (COMPILE_PATHS; add compiled-reduce-overhead for torch.compile's own graphs) (~3 min);
 #   compile_wt103: gpu_step.py at the WikiText-103 shape, captured and compile=true captured (~3 min);
-#   compile_capture: gpu_compile_capture.py, the plain captured loop with and without inductor's loss (~3 min).
+#   compile_capture: gpu_compile_capture.py, the plain captured loop with and without inductor's loss (~3 min);
+#   candidates: gpu_compile_capture.py at batch 256, inductor against its candidates (CANDIDATES: head-all,
+#            combo-kernels; add "inductor, max-autotune", minutes of compiling) (~2 min);
+#   profile_train: gpu_profile_train.py, nplm-train at brown batch 256 with compile=true under torch.profiler:
+#            the device's busy share of the wall time, kernels outside the graph, host waits (~1.5 min);
+#   host:    host_step.py --device cuda, nplm-train's host work per step with the step left out (~1 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
 #
@@ -80,7 +85,19 @@ for part in ${PARTS//,/ }; do
     compile_capture)
       timeout 280 python3 experiments/bench/gpu_compile_capture.py --out "$DEST/compile_capture" > "$DEST/gpu_compile_capture.txt" 2>&1
       echo "gpu_compile_capture: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile_capture/gpu_compile_capture.md" 2>/dev/null ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, profile_compiled, alignment, compile, compile_wt103, compile_capture"; exit 2 ;;
+    candidates)
+      timeout 280 python3 experiments/bench/gpu_compile_capture.py --batches 256 --out "$DEST/candidates" \
+        --variants "${CANDIDATES:-inductor;inductor, head-all;inductor, combo-kernels}" > "$DEST/gpu_candidates.txt" 2>&1
+      echo "gpu_compile_capture candidates: exit $? after $(( $(date +%s) - START )) s"
+      cat "$DEST/candidates/gpu_compile_capture.md" 2>/dev/null ;;
+    profile_train)
+      timeout 150 python3 experiments/bench/gpu_profile_train.py --batch 256 --compile > "$DEST/gpu_profile_train.txt" 2>&1
+      echo "gpu_profile_train: exit $? after $(( $(date +%s) - START )) s"; head -n 12 "$DEST/gpu_profile_train.txt" | cut -c1-240 ;;
+    host)
+      timeout 150 python3 experiments/bench/host_step.py --device cuda --rounds 1 --variants default,no,steps_per_execution=64 \
+        --out "$DEST/host" > "$DEST/host_step.txt" 2>&1
+      echo "host_step: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/host/host_step.md" 2>/dev/null ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, profile_compiled, alignment, compile, compile_wt103, compile_capture, candidates, profile_train, host"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"

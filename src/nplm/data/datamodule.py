@@ -238,7 +238,16 @@ class LMDataModule(pl.LightningDataModule):
         # of its own: each iterator draws a seed (for workers; none here) from it, not from torch's global one,
         # which then holds only the model's draws (dropout, sampled heads): a resumed run draws as the run it
         # continues (LanguageModel._restore_rng), whenever Lightning makes the epoch's iterator.
-        return DataLoader(dataset, sampler=sampler, batch_size=None, generator=torch.Generator().manual_seed(self.seed))
+        # collate_fn: the gathered batches as they are (torch's default walks every tensor of every batch again)
+        return DataLoader(dataset, sampler=sampler, batch_size=None, collate_fn=as_gathered,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """Lightning's hook: the batches are gathered where the model is (`_loader`), so they are handed on as
+        they are; Lightning's own transfer would walk the group's 2 S tensors, each Lightning step."""
+        if on_device(batch, device):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.batch_size, shuffle=True)
@@ -258,6 +267,19 @@ class LMDataModule(pl.LightningDataModule):
             **{f"{split}_scored_{key}": getattr(u, key) for split, u in self.units.items()
                for key in ("bytes", "words")},
         }
+
+
+def as_gathered(batch):
+    """The DataLoader's collate_fn: a batch (or group of batches) the dataset gathered, unchanged."""
+    return batch
+
+
+def on_device(batch, device: torch.device) -> bool:
+    """Whether `batch` is tensors on `device`: a tensor, or lists and tuples of them (a `(context, target)`
+    batch, a group of them)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.device == device
+    return isinstance(batch, (list, tuple)) and all(on_device(item, device) for item in batch)
 
 
 def unknown_rate(ids: torch.Tensor, vocab: Vocabulary) -> float:

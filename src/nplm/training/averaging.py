@@ -32,6 +32,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from nplm.errors import UserError
 
@@ -62,10 +63,12 @@ def ema_callback(decay: float) -> pl.Callback:
             self._weight = 1 - decay  # 1 - decay^k, for the k optimizer steps since the last update
             self._updated_at = 0  # trainer.global_step at the last update; saved with the callback's state
             self._direct: bool | None = None  # whether on_train_batch_end updates without Lightning's syncs
+            self._pairs: tuple | None = None  # (averaged model, its parameters, the module's, their buffers)
 
-        def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor) -> None:
-            for a, c in zip(averaged, current):
-                a.lerp_(c, self._weight)  # a + w (c - a) = (1 - w) a + w c
+        def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor | None) -> None:
+            """a + w (c - a) = (1 - w) a + w c for every pair: torch's EMA of a parameter list, whose one
+            `_foreach_lerp_` is a kernel or two for them all on a GPU (a `lerp_` each: ~30 launches)."""
+            get_ema_multi_avg_fn(1 - self._weight)(averaged, current, _n)
 
         def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                batch_idx: int) -> None:
@@ -78,10 +81,17 @@ def ema_callback(decay: float) -> pl.Callback:
             if trainer.global_step <= self._updated_at or not self.should_update(step_idx=trainer.global_step - 1):
                 return
             average = self._average_model
+            if self._pairs is None or self._pairs[0] is not average:  # the lists, once per averaged model
+                self._pairs = (average, list(average.parameters()), list(pl_module.parameters()),
+                               list(average.module.buffers()), list(pl_module.buffers()))
+            _, averaged, current, averaged_buffers, buffers = self._pairs
             with torch.no_grad():
-                for a, c in zip(average.parameters(), pl_module.parameters()):
-                    a.copy_(c) if first else a.lerp_(c, self._weight)
-                for a, c in zip(average.module.buffers(), pl_module.buffers()):  # buffers follow, as in torch's
+                if first:
+                    for a, c in zip(averaged, current):
+                        a.copy_(c)
+                else:
+                    self._follow(averaged, current, None)
+                for a, c in zip(averaged_buffers, buffers):  # buffers follow, as in torch's
                     a.copy_(c)
                 average.n_averaged += 1
 

@@ -258,8 +258,7 @@ class LanguageModel(pl.LightningModule):
         No host-device sync: the loss and NLL sums, and where the first NaN/inf loss is (`_watch_finite`),
         stay on the device; they are read, and checked (`check_finite`), every `log_every_n_steps` optimizer
         steps, at each validation and at the end of the epoch."""
-        if isinstance(batches[0], torch.Tensor):  # one (context, target) batch: a loader of single batches
-            batches = [batches]
+        group = [batches] if isinstance(batches[0], torch.Tensor) else batches  # (a loader of single batches)
         options = self.step_options
         optimizer = self.optimizers()
         schedulers = [c.scheduler for c in self.trainer.lr_scheduler_configs if c.interval == "step"]
@@ -267,19 +266,21 @@ class LanguageModel(pl.LightningModule):
         log_every = options.log_every_n_steps or self.trainer.log_every_n_steps
         nlls = []  # the batches' per-token losses [N], summed once per group
         done = tokens = 0
-        steps_before = self.global_step
-        last = len(batches) - 1 if self.trainer.is_last_batch else -1
+        steps_before = step = self.global_step  # (counted here per batch: Lightning's counter is a chain of reads)
+        # nn.Module attributes are slow to set: these two are counted in locals, written once a group
+        epoch_batches, unchecked_tokens = self._epoch_batches, self._unchecked_tokens
+        last = len(group) - 1 if self.trainer.is_last_batch else -1
         captured = self._captured
         # the first step compiles (and records, in the reduce-overhead mode, on the next two)
-        with self._sync_mode("error" if self.global_step > (2 if self._cudagraph_trees else 0) else "default"):
-            for i, (context, target) in enumerate(batches):
-                if 0 < max_steps <= self.global_step:
+        with self._sync_mode("error" if steps_before > (2 if self._cudagraph_trees else 0) else "default"):
+            for i, (context, target) in enumerate(group):
+                if 0 < max_steps <= step:
                     break
                 if captured is not None:  # the whole step, replayed (its loss sum stays in `captured`)
-                    self._counted(lambda: captured.step(context, target))
+                    self._counted(captured.step, context, target)
                     for scheduler in schedulers:
                         scheduler.step()
-                    self._epoch_batches += 1
+                    epoch_batches += 1
                     stepped = True
                 else:
                     accumulate = options.accumulate_grad_batches
@@ -293,15 +294,17 @@ class LanguageModel(pl.LightningModule):
                         nll = self._train_loss(context, target)  # [N]
                         loss = nll.mean() / accumulate
                         loss.backward() if self._direct else self.manual_backward(loss)
-                    self._epoch_batches += 1
-                    stepped = self._epoch_batches % accumulate == 0 or i == last  # (a partial last one)
+                    epoch_batches += 1
+                    stepped = epoch_batches % accumulate == 0 or i == last  # (a partial last one)
                     if stepped:
                         self._optimizer_step(optimizer, schedulers)
                     nlls.append(nll.detach().clone() if self._cudagraph_trees else nll.detach())
+                step += stepped
                 done += 1
                 tokens += target.numel()
-                self._unchecked_tokens += target.numel()
-                self._unchecked.append((self._unchecked_tokens, self.global_step + (not stepped), self._epoch_batches))
+                unchecked_tokens += target.numel()
+                self._unchecked.append((unchecked_tokens, step + (not stepped), epoch_batches))
+        self._epoch_batches, self._unchecked_tokens = epoch_batches, unchecked_tokens
         if not done:  # max_steps was reached before this group
             return {"batches": 0, "tokens": 0}
         if captured is not None:  # only the group's sum is kept: a non-finite one names the group's first batch
@@ -366,7 +369,7 @@ class LanguageModel(pl.LightningModule):
             clip_gradients([p for group in optimizer.param_groups for p in group["params"]],
                            options.gradient_clip_val, options.gradient_clip_algorithm)
         if self._direct and self._step_counter is not None:  # the torch optimizer itself, counted as Lightning counts it
-            self._counted(lambda: step_without_profiler(optimizer.optimizer))
+            self._counted(step_without_profiler, optimizer.optimizer)
             optimizer.optimizer.zero_grad(set_to_none=True)
         else:
             optimizer.step()
@@ -374,10 +377,10 @@ class LanguageModel(pl.LightningModule):
         for scheduler in schedulers:
             scheduler.step()
 
-    def _counted(self, step) -> None:
-        """`step()`, an optimizer step counted as `LightningOptimizer.step` counts it (trainer.global_step)."""
+    def _counted(self, step, *args) -> None:
+        """`step(*args)`, an optimizer step counted as `LightningOptimizer.step` counts it (trainer.global_step)."""
         self._step_counter.increment_ready()
-        step()
+        step(*args)
         self._step_counter.increment_completed()
 
     def _log_window(self, epoch_end: bool = False) -> None:

@@ -1,0 +1,52 @@
+"""The logic of the GPU benchmark scripts that a CPU can check (experiments/bench): what they compute from a
+profile or from result rows, and one run of each on the CPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "experiments" / "bench"
+sys.path.insert(0, str(BENCH))
+
+import gpu_compile_capture  # noqa: E402
+import gpu_profile_train  # noqa: E402
+import host_step  # noqa: E402
+
+
+def test_the_device_is_busy_for_the_union_of_its_kernels_intervals():
+    assert gpu_profile_train.busy_us([(20, 30), (0, 10), (5, 15), (6, 9)]) == 25
+    assert gpu_profile_train.busy_us([]) == 0
+
+
+def test_each_batch_of_the_candidates_table_is_compared_with_its_first_row():
+    rows = [{"batch": 256, "variant": "inductor", "step_ms": 0.5, "tokens_per_s": 512_000},
+            {"batch": 256, "variant": "inductor, head-all", "step_ms": 0.4, "tokens_per_s": 640_000},
+            {"batch": 4096, "variant": "inductor", "step_ms": 2.0, "tokens_per_s": 2_048_000},
+            {"batch": 4096, "variant": "inductor, head-all", "error": "RuntimeError: x"}]
+    lines = gpu_compile_capture.table({"device": "X", "torch": "2", "rows": rows})
+    assert "| vs inductor |" in lines[4]
+    assert lines[-3] == "| 256 | inductor, head-all | 0.400 | 640,000 | 1.25 |  |"
+    assert lines[-2] == "| 4096 | inductor | 2.000 | 2,048,000 | 1.00 |  |"
+    assert lines[-1].endswith("|  |  |  | RuntimeError: x |")
+
+
+def test_the_host_table_gives_the_baseline_over_this_checkout():
+    result = {"stamp": "s", "device": "cpu", "batches": 10, "rounds": 1, "loop_us_per_step": 2.0,
+              "rows": [{"source": "this checkout", "variant": "default", "us_per_step": [100.0], "median": 100.0},
+                       {"source": "abc1234", "variant": "default", "us_per_step": [150.0], "median": 150.0}]}
+    lines = host_step.table(result)
+    assert "| default | 100.0 | 150.0 | 1.50x |" in lines
+
+
+@pytest.mark.slow
+def test_the_training_profile_runs_on_the_cpu():
+    """gpu_profile_train.py's check on the CPU: nplm-train with the dry captured step, profiled over 3 Lightning
+    steps of its second epoch (48 optimizer steps)."""
+    done = subprocess.run([sys.executable, str(BENCH / "gpu_profile_train.py"), "--device", "cpu", "--groups", "3"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "48 optimizer steps profiled" in done.stdout
