@@ -11,8 +11,8 @@ This measures that host work with the step's own work left out: nplm-train in th
 step function replaced by nothing, so a step costs what the loop around it costs. `experiment=sun2021/brown`
 on a synthetic Zipfian corpus of |V| = 10,000 (gpu_step.py's), batch 256, 1 torch thread; on a CPU the model
 is shrunk (width 8, hidden 16) so that each of the loop's own tensor ops (a lerp of a parameter, a copy)
-costs about what launching it on a GPU costs the host. The rate is the second epoch's `train/tokens_per_s`
-(validation excluded), as microseconds per optimizer step. Beside it, in the same run, the plain captured
+costs about what launching it on a GPU costs the host. A step's time is the median, over the second epoch's
+Lightning steps, of the time from one Lightning step's start to the next's over its optimizer steps. Beside it, in the same run, the plain captured
 loop's host work per step (the two copies into its static inputs; the replay itself is the same call in
 both). `--baseline REV` measures a git revision's nplm the same way, alternating with this checkout's.
 
@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import pytorch_lightning as pl
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -68,9 +70,32 @@ def child(src: str, variant: str, device: str, batches: int, corpus: dict, tmp: 
         overrides += TINY
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
+    clock = GroupClock()
+    make_trainer = pl.Trainer.__init__
+
+    def with_clock(self, *a, **k):  # the run's Trainer, with the clock added
+        make_trainer(self, *a, **{**k, "callbacks": [*(k.get("callbacks") or []), clock]})
+
+    pl.Trainer.__init__ = with_clock
     metrics = train(cfg)
-    steps = metrics.get("train/graph_steps") or 0
-    return {"us_per_step": 1e6 * 256 / metrics["train/tokens_per_s"], "graph_steps": steps}
+    return {"us_per_step": clock.median_us(), "epoch_us_per_step": 1e6 * 256 / metrics["train/tokens_per_s"],
+            "graph_steps": metrics.get("train/graph_steps") or 0}
+
+
+class GroupClock(pl.Callback):
+    """The time from one Lightning step's start to the next's, over the optimizer steps between them, in the
+    second epoch: the median of these is robust to a garbage collection or a neighbour's burst."""
+
+    def __init__(self):
+        self.marks: list[tuple[float, int]] = []
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.current_epoch == 1:
+            self.marks.append((time.perf_counter(), trainer.global_step))
+
+    def median_us(self) -> float:
+        rates = [1e6 * (t1 - t0) / (s1 - s0) for (t0, s0), (t1, s1) in zip(self.marks, self.marks[1:]) if s1 > s0]
+        return statistics.median(rates)
 
 
 def loop_host(device: str, batches: int) -> float:
@@ -112,8 +137,12 @@ def main() -> None:
         return
     sys.path.insert(0, str(REPO / "src"))
     sys.path.insert(0, str(HERE))
+    import torch
+
     import gpu_step
     from provenance import stamp
+
+    torch.set_num_threads(1)  # (as the runs: the stamp names the parent's threads)
 
     names = list(VARIANTS)
     if args.variants:
@@ -125,11 +154,13 @@ def main() -> None:
         if args.baseline:
             sources[args.baseline] = worktree(args.baseline, Path(tmp))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+        runs = 0
         for r in range(args.rounds):
             for label, src in sources.items():
                 for name in names:
+                    runs += 1  # a folder per run (nplm-train hands back a finished run's metrics from its folder)
                     spec = {"src": src, "variant": name, "device": args.device, "batches": args.batches,
-                            "corpus": corpus, "tmp": f"{tmp}/{r}-{len(rows)}"}
+                            "corpus": corpus, "tmp": f"{tmp}/run{runs}"}
                     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                                           text=True, env=env, timeout=900)
                     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -159,8 +190,8 @@ def table(result: dict) -> list[str]:
     head = "| variant | " + " | ".join(f"{s}: us a step" for s in sources)
     head += " | ratio |" if len(sources) == 2 else " |"
     lines = [f"# nplm-train's host work per optimizer step ({result['device']})", "", result["stamp"], "",
-             f"Medians of {result['rounds']} rounds (alternated), each the second of two epochs of "
-             f"{result['batches']} batches of 256, the step's own work left out (host_step.py's docstring). "
+             f"Medians of {result['rounds']} rounds (alternated), each the median Lightning step of the second of two "
+             f"epochs of {result['batches']} batches of 256, the step's own work left out (host_step.py's docstring). "
              f"The plain captured loop's host work per step, measured after them: {result['loop_us_per_step']:.1f} us.",
              "", head, "|---|" + "---:|" * (len(sources) + (len(sources) == 2))]
     for variant in dict.fromkeys(r["variant"] for r in result["rows"]):
