@@ -12,9 +12,9 @@ step function replaced by nothing, so a step costs what the loop around it costs
 on a synthetic Zipfian corpus of |V| = 10,000 (gpu_step.py's), batch 256, 1 torch thread; on a CPU the model
 is shrunk (width 8, hidden 16) so that each of the loop's own tensor ops (a lerp of a parameter, a copy)
 costs about what launching it on a GPU costs the host. A step's time is the median, over the second epoch's
-Lightning steps, of the time from one Lightning step's start to the next's over its optimizer steps. Beside it, in the same run, the plain captured
-loop's host work per step (the two copies into its static inputs; the replay itself is the same call in
-both). `--baseline REV` measures a git revision's nplm the same way, alternating with this checkout's.
+Lightning steps, of the time from one Lightning step's start to the next's over its optimizer steps. Beside
+it, in the same run, the plain captured loop's host work per step (the two copies into its static inputs;
+the replay itself is the same call in both). `--baseline REV` measures a git revision's nplm the same way, alternating with this checkout's.
 
     python experiments/bench/host_step.py [--device cpu|cuda] [--batches 2000] [--rounds 3]
                                           [--baseline REV] [--out DIR]
