@@ -105,8 +105,9 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path, sparse):
               "trainer.max_epochs=3", "threads=1", "optimizer.lr=0.01",
               f"model.sparse_embeddings={sparse}"]
     nplm_train(tmp_path, *common, "data.batch_size=16", "logger=none", f"hydra.run.dir={tmp_path / 'one'}")
-    nplm_train(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8", "logger=csv",
-               f"hydra.run.dir={tmp_path / 'two'}")
+    ddp = nplm_train(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8", "logger=csv",
+                     f"hydra.run.dir={tmp_path / 'two'}")
+    assert (ddp.stdout + ddp.stderr).count("val/ppl_best ") == 1  # the run's last line, once, not once per rank
     one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
     assert two["status"] == "finished" and len(two["history"]) == 3
     for a, b in zip(one["history"], two["history"]):

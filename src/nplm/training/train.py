@@ -188,8 +188,10 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
                                                   if k.startswith(("val/", "test/", "train/", "device/"))})
-        log.info("val/ppl_best %s  test/ppl %s  (%s)", f"{module.best_val_ppl:.3f}" if validated else "- (no validation ran)",
-                 f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
+        if record.enabled:  # (one line for the run, not one per DDP process)
+            log.info("val/ppl_best %s  test/ppl %s  (%s)",
+                     f"{module.best_val_ppl:.3f}" if validated else "- (no validation ran)",
+                     f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
         failed = False
         return metrics
     except Diverged as err:
