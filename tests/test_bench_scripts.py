@@ -22,6 +22,29 @@ def test_the_device_is_busy_for_the_union_of_its_kernels_intervals():
     assert gpu_profile_train.busy_us([]) == 0
 
 
+def test_the_training_profile_reports_busy_time_kernels_and_waits_per_step():
+    """The CUDA branch of gpu_profile_train.report, on a stand-in profile: 2 steps in 1,000 us of host events,
+    kernels busy for 280 us (two overlap), a graph launch and a copy each step, one synchronize."""
+    from types import SimpleNamespace as Event
+
+    from torch.autograd import DeviceType
+
+    def event(name, device, start, end, cpu=0.0):
+        return Event(name=name, device_type=device, time_range=Event(start=start, end=end), cpu_time_total=cpu)
+
+    cpu, cuda = DeviceType.CPU, DeviceType.CUDA
+    events = [event("training_step", cpu, 0, 1000), event("cudaGraphLaunch", cpu, 10, 20),
+              event("cudaGraphLaunch", cpu, 510, 520), event("cudaMemcpyAsync", cpu, 5, 8),
+              event("cudaMemcpyAsync", cpu, 505, 508), event("cudaStreamSynchronize", cpu, 900, 990, cpu=90.0),
+              event("k1", cuda, 20, 120), event("k2", cuda, 100, 150), event("k3", cuda, 520, 670)]
+    prof = Event(events=lambda: events, key_averages=lambda: Event(table=lambda **kw: "TABLE"))
+    lines = gpu_profile_train.report(prof, 2, "cuda")
+    assert lines[0] == "2 optimizer steps profiled: 500.0 us of wall time a step"
+    assert lines[1] == "device busy 140.0 us a step (28% of the wall time), 1.5 kernels a step"
+    assert lines[2] == "runtime calls a step: cudaGraphLaunch 1.00, cudaMemcpyAsync 1.00, cudaStreamSynchronize 0.50"
+    assert lines[3] == "host waits on the device: 1 in 2 steps, 45.0 us a step"
+
+
 def test_each_batch_of_the_candidates_table_is_compared_with_its_first_row():
     rows = [{"batch": 256, "variant": "inductor", "step_ms": 0.5, "tokens_per_s": 512_000},
             {"batch": 256, "variant": "inductor, head-all", "step_ms": 0.4, "tokens_per_s": 640_000},

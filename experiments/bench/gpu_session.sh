@@ -10,6 +10,7 @@
 #   profile: experiments/bench/gpu_profile.py at the WikiText-103 shape (top kernels by CUDA time) (~1 min);
 #   profile_brown: the same for experiment=sun2021/brown at batch 4,096 (~1 min);
 #   profile_compiled: brown at batch 256 with the loss compiled (compile=true's kernels, how many a step) (~1.5 min);
+#   profile_compiled_wt103: the WikiText-103 shape with the loss compiled: where the 27.5% of the bf16 rate goes (~2 min);
 #   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
@@ -68,6 +69,10 @@ for part in ${PARTS//,/ }; do
     profile_compiled)  # the brown recipe's step at batch 256, the loss compiled as compile=true compiles it
       timeout 150 python3 experiments/bench/gpu_profile.py --shape brown --batch 256 --compile > "$DEST/gpu_profile_compiled.txt" 2>&1
       echo "gpu_profile brown compiled: exit $? after $(( $(date +%s) - START )) s"; head -n 40 "$DEST/gpu_profile_compiled.txt" | cut -c1-200 ;;
+    profile_compiled_wt103)  # the WikiText-103 shape, the loss compiled as compile=true compiles it
+      timeout 200 python3 experiments/bench/gpu_profile.py --shape wikitext103 --compile > "$DEST/gpu_profile_compiled_wt103.txt" 2>&1
+      echo "gpu_profile wikitext103 compiled: exit $? after $(( $(date +%s) - START )) s"
+      head -n 40 "$DEST/gpu_profile_compiled_wt103.txt" | cut -c1-200 ;;
     alignment)
       timeout 60 python3 experiments/bench/gpu_alignment.py > "$DEST/gpu_alignment.txt" 2>&1
       echo "gpu_alignment: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/gpu_alignment.txt" ;;
@@ -97,7 +102,7 @@ for part in ${PARTS//,/ }; do
       timeout 150 python3 experiments/bench/host_step.py --device cuda --rounds 1 --variants default,no,steps_per_execution=64 \
         --out "$DEST/host" > "$DEST/host_step.txt" 2>&1
       echo "host_step: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/host/host_step.md" 2>/dev/null ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, profile_compiled, alignment, compile, compile_wt103, compile_capture, candidates, profile_train, host"; exit 2 ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are step, capture, check, wt103, profile, profile_brown, profile_compiled, profile_compiled_wt103, alignment, compile, compile_wt103, compile_capture, candidates, profile_train, host"; exit 2 ;;
   esac
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s"
