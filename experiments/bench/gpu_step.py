@@ -50,6 +50,8 @@ SHAPES = {
 PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name, cuda_graphs, compile, compile mode
          ("compiled", True, True, None), ("compiled-reduce-overhead", True, True, "reduce-overhead")]
 # compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead: torch.compile's own CUDA graphs
+PATHS.append(("compiled-s64", True, True, None))  # compiled, with 64 batches a Lightning step (STEPS_PER_EXECUTION)
+STEPS_PER_EXECUTION = {"compiled-s64": 64}  # a path's steps_per_execution where not the recipe's (16)
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -217,6 +219,9 @@ def main() -> None:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
                     if mode:  # a run folder of its own (nplm-train skips a finished run)
                         cfg.paths.output_dir = f"{cfg.paths.output_dir}-{mode}"
+                    if name in STEPS_PER_EXECUTION:  # (Lightning's cost per step is paid once per that many batches)
+                        cfg.steps_per_execution = STEPS_PER_EXECUTION[name]
+                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-s{cfg.steps_per_execution}"
                     if args.dry_run:
                         continue
                     os.environ.pop("NPLM_COMPILE_MODE", None)
