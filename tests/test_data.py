@@ -79,7 +79,6 @@ def test_valid_windows_take_context_from_the_end_of_train(tmp_path):
     assert target.item() == dm.ids["valid"][0].item()
 
 
-
 def test_the_loader_hands_a_group_of_gathered_batches_on_as_they_are():
     """The training loader's groups reach the LightningModule as the dataset gathered them: no collate walk, and
     Lightning's transfer hook passes batches already on the model's device through (the same tensors); a batch
@@ -93,6 +92,7 @@ def test_the_loader_hands_a_group_of_gathered_batches_on_as_they_are():
     moved = dm.transfer_batch_to_device(group, torch.device("meta"), 0)
     assert moved is not group and moved[3][1].device == torch.device("meta")
     assert [t.shape for t in moved[3]] == [t.shape for t in group[3]]
+
 
 def test_toy_corpus_has_twenty_sentences_with_eos():
     text = load_corpus({"name": "toy"}, "unused")

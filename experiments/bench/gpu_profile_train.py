@@ -110,16 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_profile_train: no CUDA device (--device cpu checks the script)")
-    from nplm.training.train import train
-
     callback = ProfileGroups(args.groups, args.device)
-    make_trainer = pl.Trainer.__init__
-
-    def with_profiler(self, *a, **k):  # the run's Trainer, with the profiling callback added
-        k["callbacks"] = list(k.get("callbacks") or []) + [callback]
-        make_trainer(self, *a, **k)
-
-    pl.Trainer.__init__ = with_profiler
     with tempfile.TemporaryDirectory() as tmp:
         corpus = gpu_step.write_corpus(Path(tmp), 10_000, 400_000)
         batches = max(4 * args.groups * 16, 200)
@@ -128,7 +119,7 @@ def main() -> None:
             os.environ["NPLM_CAPTURE_DRY"] = "1"
             cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices = "cpu", "32-true", 1
             cfg.model.embed_dim, cfg.model.hidden_dim = 8, 16
-        metrics = train(cfg)
+        metrics = gpu_step.train_with(cfg, callback)
     if callback.prof is None or not callback.optimizer_steps:
         sys.exit("gpu_profile_train: nothing profiled (too few batches in the second epoch?)")
     name = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"

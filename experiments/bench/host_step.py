@@ -54,7 +54,6 @@ def child(src: str, variant: str, device: str, batches: int, corpus: dict, tmp: 
 
     import nplm.training.capture as capture
     from nplm.config import CONF_DIR
-    from nplm.training.train import train
 
     if not capture.__file__.startswith(src):
         raise SystemExit(f"host_step: imported nplm from {capture.__file__}, not from {src}")
@@ -70,14 +69,10 @@ def child(src: str, variant: str, device: str, batches: int, corpus: dict, tmp: 
         overrides += TINY
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
+    import gpu_step  # (after nplm: its own src/ on sys.path does not change the nplm imported above)
+
     clock = GroupClock()
-    make_trainer = pl.Trainer.__init__
-
-    def with_clock(self, *a, **k):  # the run's Trainer, with the clock added
-        make_trainer(self, *a, **{**k, "callbacks": [*(k.get("callbacks") or []), clock]})
-
-    pl.Trainer.__init__ = with_clock
-    metrics = train(cfg)
+    metrics = gpu_step.train_with(cfg, clock)
     return {"us_per_step": clock.median_us(), "epoch_us_per_step": 1e6 * 256 / metrics["train/tokens_per_s"],
             "graph_steps": metrics.get("train/graph_steps") or 0}
 
