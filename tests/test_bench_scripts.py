@@ -45,6 +45,39 @@ def test_the_training_profile_reports_busy_time_kernels_and_waits_per_step():
     assert lines[3] == "host waits on the device: 1 in 2 steps, 45.0 us a step"
 
 
+def test_the_kernel_diff_lists_what_a_step_runs_more_often_by_device_time():
+    """nplm-train's 2 steps against the loop's 4: the same gemm a step, 2 fills more (3 us each), a copy fewer."""
+    from collections import Counter
+
+    ours = (Counter({"gemm": 2, "fill": 4}), Counter({"gemm": 100.0, "fill": 12.0}))
+    theirs = (Counter({"gemm": 4, "copy": 4}), Counter({"gemm": 200.0, "copy": 8.0}))
+    lines = gpu_profile_train.kernel_diff(ours, 2, theirs, 4)
+    assert lines[0] == "kernels a step, nplm-train minus the plain loop: +1.00 launches, +4.0 us of kernel time"
+    assert lines[1:] == ["    +2.00 a step     +6.0 us  fill", "    -1.00 a step     -2.0 us  copy"]
+
+
+def test_the_sync_watch_counts_each_sync_under_its_stack_and_shows_other_warnings():
+    import warnings
+
+    watch = gpu_profile_train.SyncWatch()
+    shown = []
+    watch._show = lambda *args: shown.append(str(args[0]))
+
+    def fetch():
+        watch.record(UserWarning("called a synchronizing CUDA operation"), UserWarning, "x.py", 1)
+
+    for _ in range(2):  # (the same stack twice)
+        fetch()
+    watch.record(UserWarning("something else"), UserWarning, "x.py", 1)
+    assert shown == ["something else"]
+    lines = watch.lines(4, 64)
+    assert lines[0] == "host-device syncs in 4 Lightning steps (64 optimizer steps) under sync debug mode: 2"
+    (stack, count), = watch.stacks.items()
+    assert count == 2 and stack[-1].startswith("test_bench_scripts.py:") and stack[-1].endswith(" fetch")
+    assert lines[1].startswith("  2 from (innermost last): test_bench_scripts.py:") and len(lines) == 2
+    assert warnings.showwarning is not watch.record  # (start() installs it, stop() restores)
+
+
 def test_each_batch_of_the_candidates_table_is_compared_with_its_first_row():
     rows = [{"batch": 256, "variant": "inductor", "step_ms": 0.5, "tokens_per_s": 512_000},
             {"batch": 256, "variant": "inductor, head-all", "step_ms": 0.4, "tokens_per_s": 640_000},

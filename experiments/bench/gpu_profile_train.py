@@ -8,9 +8,19 @@ waits on the device (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEven
 copies). Busy well below wall: the card waits for the host; kernels outside the graph: work the plain loop
 does not have. `experiment=sun2021/brown` on gpu_step.py's synthetic corpus (|V| = 10,000), bf16-mixed.
 
-    python3 experiments/bench/gpu_profile_train.py [--batch 256] [--groups 20] [--compile] [--device cuda|cpu]
+    python3 experiments/bench/gpu_profile_train.py [--batch 256] [--groups 20] [--compile] [--watch 4]
+                                                   [--reference] [--device cuda|cpu]
 
-`--device cpu` checks the script on a CPU (the captured step's dry mode, CPU operators only).
+After the profile, `--watch` more Lightning steps run under torch's sync debug mode ("warn"): every host-device
+sync torch knows of (a read of a device tensor, a synchronous copy, a stream synchronize) anywhere in the
+loop, the loader, the callbacks or the step is listed with the Python stack that made it, so that a sync the
+profile counts is found without another session. `--reference` then profiles the plain captured loop
+(gpu_step.reference_loop: the same model and head, compiled as `--compile` compiles them) over as many steps
+and lists, per step, the kernels nplm-train runs that the loop does not, and the reverse: the device-side
+work nplm-train adds.
+
+`--device cpu` checks the script on a CPU (the captured step's dry mode, CPU operators only; no sync watch
+and no reference there).
 """
 
 from __future__ import annotations
@@ -19,6 +29,10 @@ import argparse
 import os
 import sys
 import tempfile
+import traceback
+import warnings
+from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,14 +47,62 @@ import gpu_step  # noqa: E402
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
-class ProfileGroups(pl.Callback):
-    """torch.profiler over `groups` Lightning training steps of the second epoch."""
+class SyncWatch:
+    """The host-device syncs torch reports in its sync debug mode ("warn") while active, counted by the Python
+    stack that made each (its innermost `STACK_DEPTH` frames)."""
 
-    def __init__(self, groups: int, device: str):
-        self.groups, self.device = groups, device
+    STACK_DEPTH = 10
+    MESSAGE = "synchronizing CUDA operation"  # torch's warning (c10/cuda: warn_or_error_on_sync)
+
+    def __init__(self):
+        self.stacks: Counter = Counter()
+        self.active = False
+
+    def start(self) -> None:
+        self._warnings = warnings.catch_warnings()  # (restores the filters and showwarning on exit)
+        self._warnings.__enter__()
+        warnings.simplefilter("always")
+        self._show = warnings.showwarning
+        warnings.showwarning = self.record
+        self._mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("warn")
+        self.active = True
+
+    def stop(self) -> None:
+        if self.active:
+            torch.cuda.set_sync_debug_mode(self._mode)
+            self._warnings.__exit__(None, None, None)
+            self.active = False
+
+    def record(self, message, category, filename, lineno, file=None, line=None) -> None:
+        """`warnings.showwarning`'s signature: a sync's warning is counted under its stack; others are shown."""
+        if self.MESSAGE not in str(message):
+            return self._show(message, category, filename, lineno, file, line)
+        frames = traceback.extract_stack()[:-1][-self.STACK_DEPTH:]
+        self.stacks[tuple(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames)] += 1
+        return None
+
+    def lines(self, groups: int, steps: int) -> list[str]:
+        """The syncs seen in `groups` Lightning steps (`steps` optimizer steps), the most frequent stack first."""
+        total = sum(self.stacks.values())
+        lines = [f"host-device syncs in {groups} Lightning steps ({steps} optimizer steps) under sync debug mode: {total}"]
+        for stack, n in self.stacks.most_common(4):
+            lines.append(f"  {n} from (innermost last): " + " <- ".join(reversed(stack)))
+        return lines
+
+
+class ProfileGroups(pl.Callback):
+    """torch.profiler over `groups` Lightning training steps of the second epoch; then, on CUDA, `watch` more
+    Lightning steps under the sync watch (`SyncWatch`, from one step's end to a later one's: the loader's
+    fetch and Lightning's hooks between steps included)."""
+
+    def __init__(self, groups: int, device: str, watch: int = 0):
+        self.groups, self.device, self.watch = groups, device, watch
         self.seen = 0
         self.prof = None
         self.optimizer_steps = 0
+        self.syncs = SyncWatch() if device == "cuda" and watch > 0 else None
+        self.watched = self.watched_steps = 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.current_epoch != 1 or self.prof is not None or batch_idx < 2:
@@ -52,13 +114,28 @@ class ProfileGroups(pl.Callback):
         self.steps_at = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.prof is None or self.seen >= self.groups:
+        if self.prof is None:
             return
-        self.seen += 1
-        if self.seen == self.groups:
-            self._sync()
-            self.prof.__exit__(None, None, None)
-            self.optimizer_steps = trainer.global_step - self.steps_at
+        if self.seen < self.groups:
+            self.seen += 1
+            if self.seen == self.groups:
+                self._sync()
+                self.prof.__exit__(None, None, None)
+                self.optimizer_steps = trainer.global_step - self.steps_at
+                if self.syncs is not None:
+                    self.syncs.start()
+                    self.watch_from = trainer.global_step
+            return
+        if self.syncs is not None and self.syncs.active:
+            self.watched += 1
+            if self.watched == self.watch:
+                self.syncs.stop()
+                self.watched_steps = trainer.global_step - self.watch_from
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self.syncs is not None and self.syncs.active:  # the epoch ended first
+            self.syncs.stop()
+            self.watched_steps = trainer.global_step - self.watch_from
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -101,32 +178,85 @@ def report(prof, steps: int, device: str) -> list[str]:
     return lines + ["", "host operators by self CPU time:", ops]
 
 
+def kernel_counts(prof) -> tuple[Counter, Counter]:
+    """(launches, microseconds) of each CUDA kernel name in a finished profile."""
+    launches, us = Counter(), Counter()
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            launches[e.name] += 1
+            us[e.name] += e.time_range.end - e.time_range.start
+    return launches, us
+
+
+def kernel_diff(ours: tuple[Counter, Counter], steps: int, theirs: tuple[Counter, Counter], their_steps: int,
+                rows: int = 12) -> list[str]:
+    """The kernels a step of one profile (`kernel_counts`, over `steps` optimizer steps) runs more or less often
+    than a step of the other, by name, the largest difference in device time first."""
+    (n1, us1), (n2, us2) = ours, theirs
+    names = set(n1) | set(n2)
+    diff = {k: (n1[k] / steps - n2[k] / their_steps, us1[k] / steps - us2[k] / their_steps) for k in names}
+    changed = sorted((k for k in names if abs(diff[k][0]) >= 0.01), key=lambda k: -abs(diff[k][1]))
+    total = sum(n1.values()) / steps - sum(n2.values()) / their_steps
+    lines = [f"kernels a step, nplm-train minus the plain loop: {total:+.2f} launches, "
+             f"{sum(us1.values()) / steps - sum(us2.values()) / their_steps:+.1f} us of kernel time"]
+    lines += [f"  {diff[k][0]:+7.2f} a step {diff[k][1]:+8.1f} us  {k[:110]}" for k in changed[:rows]]
+    return lines
+
+
+def profile_reference(cfg, batch: int, steps: int, compiled: bool):
+    """(profile, result) of the plain captured loop (gpu_step.reference_loop) over `steps` replays."""
+    profiled = {}
+
+    @contextmanager
+    def around():
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            yield
+        profiled["prof"] = prof
+
+    compile_ = (lambda f: torch.compile(f, fullgraph=True)) if compiled else None
+    torch._dynamo.reset()
+    result = gpu_step.reference_loop(cfg, "brown", batch, gpu_step.SHAPES["brown"]["vocab"], steps,
+                                     compile_=compile_, around=around)
+    return profiled["prof"], result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--groups", type=int, default=20, help="Lightning steps profiled")
     parser.add_argument("--compile", action="store_true", help="compile=true (inductor's step, captured)")
+    parser.add_argument("--watch", type=int, default=4, help="Lightning steps under the sync watch after the profile")
+    parser.add_argument("--reference", action="store_true", help="profile the plain captured loop too, and compare")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_profile_train: no CUDA device (--device cpu checks the script)")
-    callback = ProfileGroups(args.groups, args.device)
+    callback = ProfileGroups(args.groups, args.device, args.watch)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = gpu_step.write_corpus(Path(tmp), 10_000, 400_000)
-        batches = max(4 * args.groups * 16, 200)
+        batches = max(4 * (args.groups + args.watch) * 16, 200)
         cfg = gpu_step.compose("brown", args.batch, True, args.compile, corpus, tmp, batches)
         if args.device == "cpu":  # the script's check: the dry captured step, a small model, on the CPU
             os.environ["NPLM_CAPTURE_DRY"] = "1"
             cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices = "cpu", "32-true", 1
             cfg.model.embed_dim, cfg.model.hidden_dim = 8, 16
         metrics = gpu_step.train_with(cfg, callback)
-    if callback.prof is None or not callback.optimizer_steps:
-        sys.exit("gpu_profile_train: nothing profiled (too few batches in the second epoch?)")
-    name = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
-    print(f"nplm-train brown batch {args.batch}{' compile=true' if args.compile else ''} on {name}: "
-          f"{metrics['train/tokens_per_s']:,.0f} tokens/s over its second epoch, {metrics.get('train/graph_steps')} "
-          "graph steps")
-    print("\n".join(report(callback.prof, callback.optimizer_steps, args.device)))
+        if callback.prof is None or not callback.optimizer_steps:
+            sys.exit("gpu_profile_train: nothing profiled (too few batches in the second epoch?)")
+        name = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
+        print(f"nplm-train brown batch {args.batch}{' compile=true' if args.compile else ''} on {name}: "
+              f"{metrics['train/tokens_per_s']:,.0f} tokens/s over its second epoch, {metrics.get('train/graph_steps')} "
+              "graph steps")
+        lines = report(callback.prof, callback.optimizer_steps, args.device)
+        if callback.syncs is not None:
+            lines[1:1] = callback.syncs.lines(callback.watched, callback.watched_steps)
+        if args.reference and args.device == "cuda":
+            prof, result = profile_reference(cfg, args.batch, callback.optimizer_steps, args.compile)
+            steps = callback.optimizer_steps
+            lines[1:1] = [f"the plain captured loop, {steps} steps: {result['step_ms'] * 1e3:.1f} us a step unprofiled; "
+                          "profiled: " + "; ".join(report(prof, steps, "cuda")[:2]),
+                          *kernel_diff(kernel_counts(callback.prof), steps, kernel_counts(prof), steps)]
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@
 #   candidates: gpu_compile_capture.py at batch 256, inductor against its candidates (CANDIDATES: head-all,
 #            combo-kernels; add "inductor, max-autotune", minutes of compiling) (~2 min);
 #   profile_train: gpu_profile_train.py, nplm-train at brown batch 256 with compile=true under torch.profiler:
-#            the device's busy share of the wall time, kernels outside the graph, host waits (~1.5 min);
+#            the device's busy share of the wall time, kernels outside the graph, host waits and the stacks of
+#            any sync; then the plain captured loop profiled alike, the kernels a step one runs and the other not (~2.5 min);
 #   host:    host_step.py --device cuda, nplm-train's host work per step with the step left out (~1 min).
 #
 #   experiments/bench/gpu_session.sh [COMMIT] [PARTS]
@@ -97,8 +98,8 @@ for part in ${PARTS//,/ }; do
       echo "gpu_compile_capture candidates: exit $? after $(( $(date +%s) - START )) s"
       cat "$DEST/candidates/gpu_compile_capture.md" 2>/dev/null ;;
     profile_train)
-      timeout 150 python3 experiments/bench/gpu_profile_train.py --batch 256 --compile > "$DEST/gpu_profile_train.txt" 2>&1
-      echo "gpu_profile_train: exit $? after $(( $(date +%s) - START )) s"; head -n 12 "$DEST/gpu_profile_train.txt" | cut -c1-240 ;;
+      timeout 220 python3 experiments/bench/gpu_profile_train.py --batch 256 --compile --reference > "$DEST/gpu_profile_train.txt" 2>&1
+      echo "gpu_profile_train: exit $? after $(( $(date +%s) - START )) s"; head -n 30 "$DEST/gpu_profile_train.txt" | cut -c1-240 ;;
     host)
       timeout 150 python3 experiments/bench/host_step.py --device cuda --rounds 1 --variants default,no,steps_per_execution=64 \
         --out "$DEST/host" > "$DEST/host_step.txt" 2>&1

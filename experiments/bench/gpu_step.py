@@ -27,6 +27,7 @@ gpu_step.json and gpu_step.md into --out (experiments/bench/results), naming the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -138,10 +139,12 @@ def reference_model(cfg, vocab: int, device: str):
     return LanguageModel(plain(cfg.model), plain(cfg.head), plain(cfg.optimizer), words).to(device).train()
 
 
-def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None, prepare=None) -> dict:
+def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None, prepare=None,
+                   around=contextlib.nullcontext) -> dict:
     """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step.
     `compile_`: a function that compiles the loss before the warm-up (gpu_compile_capture.py); `prepare`:
-    a function of the LanguageModel called before it (a variant's change to the model or head)."""
+    a function of the LanguageModel called before it (a variant's change to the model or head); `around`:
+    a context manager factory entered around the timed replays (gpu_profile_train.py's profiler)."""
     lm = reference_model(cfg, vocab, "cuda")
     if prepare is not None:
         prepare(lm)
@@ -183,13 +186,14 @@ def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_
     for i in range(10):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(steps):
-        for s, x in zip(static, pool[i % len(pool)]):
-            s.copy_(x)
-        graph.replay()
-    end.record()
-    end.synchronize()
+    with around():
+        start.record()
+        for i in range(steps):
+            for s, x in zip(static, pool[i % len(pool)]):
+                s.copy_(x)
+            graph.replay()
+        end.record()
+        end.synchronize()
     seconds = start.elapsed_time(end) / 1e3
     tokens = batch * (block or 1) * steps
     return {"tokens_per_s": tokens / seconds, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
