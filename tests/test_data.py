@@ -36,6 +36,43 @@ def test_batches_cover_every_window_once_and_reshuffle_reproducibly():
     assert not torch.equal(epoch0, torch.cat(list(sampler)))
 
 
+def test_off_the_cpu_the_next_epochs_order_is_drawn_ahead_and_is_the_same_order(monkeypatch):
+    """Where the training runs off the host, each epoch's iterator starts drawing the next epoch's permutation in a
+    thread; the orders are those drawn on demand, for the epoch drawn ahead, one skipped to, and with shards."""
+    import nplm.data.windows as windows
+
+    def epochs(sampler, numbers):
+        out = []
+        for epoch in numbers:
+            sampler.set_epoch(epoch)
+            out.append(torch.cat(list(sampler)))
+        return out
+
+    want = epochs(BatchIndices(1000, 64, shuffle=True, seed=7), [0, 1, 2, 5, 6])
+    want_shard = epochs(BatchIndices(1000, 64, shuffle=True, seed=7, rank=1, world_size=2), [0, 1])
+    monkeypatch.setattr(windows, "draws_ahead", lambda device: True)
+    sampler = BatchIndices(1000, 64, shuffle=True, seed=7)
+    iter(sampler)
+    assert sampler._ahead.epoch == 1 and torch.equal(sampler._ahead.result(), want[1])
+    got = epochs(sampler, [0, 1, 2, 5, 6])  # (epoch 5: drawn on demand, not the 3 drawn ahead)
+    assert all(torch.equal(a, b) for a, b in zip(got, want)) and sampler._ahead.epoch == 7
+    sharded = epochs(BatchIndices(1000, 64, shuffle=True, seed=7, rank=1, world_size=2), [0, 1])
+    assert all(torch.equal(a, b) for a, b in zip(sharded, want_shard))
+
+
+def test_an_order_that_failed_to_draw_ahead_is_drawn_again():
+    from nplm.data.windows import DrawnAhead, draws_ahead
+
+    def draw(epoch):
+        raise RuntimeError("pinned memory exhausted")
+
+    assert DrawnAhead(draw, 3).result() is None
+    sampler = BatchIndices(100, 10, shuffle=True, seed=1)
+    sampler._ahead = DrawnAhead(draw, 0)
+    assert sorted(torch.cat(list(sampler)).tolist()) == list(range(100))
+    assert not draws_ahead(torch.device("cpu")) and draws_ahead(torch.device("cuda"))
+
+
 def test_batches_are_sharded_across_ranks_without_overlap():
     shards = [torch.cat(list(BatchIndices(100, 10, True, seed=1, rank=r, world_size=2))) for r in (0, 1)]
     assert len(shards[0]) == len(shards[1]) == 50
