@@ -121,6 +121,26 @@ def test_gradients_equal_the_all_clusters_path(tied):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_the_training_path_key_picks_the_loss_path_and_a_bad_one_is_refused(run_train):
+    """head.training_path: auto leaves the choice to the device and precision; capacity and all force one. The
+    CPU in float32 eager would take torch's grouping: forced onto `all`, the loss costs a full softmax's FLOPs."""
+    target = with_cluster_3_over(64)
+    f = features(64).float()
+    flops = {}
+    for path in ("auto", "capacity", "all"):
+        head = build_head({"name": "adaptive", "cutoffs": CUTOFFS, "div_value": 2.0, "training_path": path}, F, V, COUNTS)
+        assert head.path == (None if path == "auto" else path)
+        with FlopCounterMode(display=False) as counter:
+            head.loss(f, target)
+        flops[path] = counter.get_total_flops()
+    bounds, rows = [*CUTOFFS, V], 64
+    tails = sum(F // 2 ** (i + 1) * (F + hi - lo) for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])))
+    assert flops["all"] == 2 * rows * (F * (CUTOFFS[0] + len(CUTOFFS)) + tails)  # every cluster for every row
+    assert flops["capacity"] < 0.75 * flops["all"] and flops["auto"] < 0.75 * flops["all"]
+    with pytest.raises(UserError, match=r"head.training_path=fast: .*auto, capacity, all"):
+        run_train(*TOY_FAST, "head=adaptive", "head.training_path=fast")
+
+
 @pytest.mark.parametrize("tied", [False, True])
 def test_fullgraph_compile_has_no_host_sync_and_equals_eager(tied):
     """fullgraph=True fails on a graph break: `.item()`, `nonzero()`, a boolean mask or any data-dependent

@@ -13,6 +13,7 @@ BENCH = Path(__file__).resolve().parents[1] / "experiments" / "bench"
 sys.path.insert(0, str(BENCH))
 
 import gpu_compile_capture  # noqa: E402
+import gpu_step  # noqa: E402
 import gpu_profile_train  # noqa: E402
 import host_step  # noqa: E402
 
@@ -106,3 +107,13 @@ def test_the_training_profile_runs_on_the_cpu():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "48 optimizer steps profiled" in done.stdout
+
+
+@pytest.mark.slow
+def test_every_gpu_step_path_composes_a_config_nplm_train_accepts():
+    """gpu_step.py --dry-run: each path's config (its overrides included) composed and checked as nplm-train checks it."""
+    paths = ",".join(name for name, *_ in gpu_step.PATHS)
+    done = subprocess.run([sys.executable, str(BENCH / "gpu_step.py"), "--dry-run", "--shapes", "brown", "--batches", "256",
+                           "--paths", paths], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gpu_step: brown batch 256: 3906 steps, configs composed" in done.stdout

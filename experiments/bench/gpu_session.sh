@@ -14,8 +14,8 @@
 #   alignment: experiments/bench/gpu_alignment.py, the recipe's matmul widths against rounded ones (~20 s);
 #   wt103:   gpu_step.py at the WikiText-103 shape alone (~1.5 min);
 #   compile: gpu_step.py on brown at batch 256 and 4,096 (COMPILE_BATCHES): eager, captured, and compile=true
-#            captured, and compile=true with 64 batches a Lightning step (COMPILE_PATHS; add compiled-reduce-overhead
-#            for torch.compile's own graphs) (~4 min);
+#            captured, compile=true with 64 batches a Lightning step, and compile=true with head.training_path=all
+#            (COMPILE_PATHS; add compiled-reduce-overhead for torch.compile's own graphs) (~5 min);
 #   compile_wt103: gpu_step.py at the WikiText-103 shape, captured and compile=true captured (~3 min);
 #   compile_capture: gpu_compile_capture.py, the plain captured loop with and without inductor's loss (~3 min);
 #   candidates: gpu_compile_capture.py at batch 256, inductor against its candidates (CANDIDATES: head-all,
@@ -80,7 +80,7 @@ for part in ${PARTS//,/ }; do
       echo "gpu_alignment: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/gpu_alignment.txt" ;;
     compile)
       timeout 300 python3 experiments/bench/gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" \
-        --paths "${COMPILE_PATHS:-eager,captured,compiled,compiled-s64}" --out "$DEST/compile" \
+        --paths "${COMPILE_PATHS:-eager,captured,compiled,compiled-s64,compiled-head-all}" --out "$DEST/compile" \
         > "$DEST/gpu_step_compile.txt" 2>&1
       echo "gpu_step --compile: exit $? after $(( $(date +%s) - START )) s"; cat "$DEST/compile/gpu_step.md" 2>/dev/null
       grep -E "error|Error" "$DEST/gpu_step_compile.txt" | tail -n 8 ;;

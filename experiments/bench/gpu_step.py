@@ -21,7 +21,7 @@ tokens of it (at most 300 batches). MFU is `train/mfu` (the reference's from the
 per token); peak memory is torch.cuda.max_memory_allocated over the run; the projection is 2.05e9
 training tokens (Sun & Iyyer's WikiText-103 budget, 200,000 steps of 10,240) at that rate. Writes
 gpu_step.json and gpu_step.md into --out (experiments/bench/results), naming the card and the commit.
-`--dry-run` composes every config and builds the reference loop's model on the CPU (no GPU needed).
+`--dry-run` composes and checks every config and builds the reference loop's model on the CPU (no GPU needed).
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name
          ("compiled", True, True, None), ("compiled-reduce-overhead", True, True, "reduce-overhead")]
 # compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead: torch.compile's own CUDA graphs
 PATHS.append(("compiled-s64", True, True, None))  # compiled, with 64 batches a Lightning step (STEPS_PER_EXECUTION)
+PATHS.append(("compiled-head-all", True, True, None))  # compiled, the adaptive head scoring every cluster (OVERRIDES)
 STEPS_PER_EXECUTION = {"compiled-s64": 64}  # a path's steps_per_execution where not the recipe's (16)
+OVERRIDES = {"compiled-head-all": {"head.training_path": "all"}}  # a path's config keys beside the shape's
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -243,7 +245,18 @@ def main() -> None:
                     if name in STEPS_PER_EXECUTION:  # (Lightning's cost per step is paid once per that many batches)
                         cfg.steps_per_execution = STEPS_PER_EXECUTION[name]
                         cfg.paths.output_dir = f"{cfg.paths.output_dir}-s{cfg.steps_per_execution}"
-                    if args.dry_run:
+                    if name in OVERRIDES:
+                        from omegaconf import OmegaConf
+
+                        for key, value in OVERRIDES[name].items():
+                            OmegaConf.update(cfg, key, value)
+                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"
+                    if args.dry_run:  # nplm-train's own check of the config (on this CPU): a bad key fails here
+                        from omegaconf import OmegaConf
+
+                        from nplm.config.schema import validate
+
+                        validate(OmegaConf.merge(cfg, {"trainer": {"accelerator": "cpu", "devices": 1}}))
                         continue
                     os.environ.pop("NPLM_COMPILE_MODE", None)
                     if mode:  # nplm.training.module.LanguageModel.compile_training_step

@@ -32,7 +32,10 @@ at an epoch's end, grows each C_i by the most rows it overflowed in one batch (`
 `overflow_rows` counts them all). `nll` (evaluation: batches in text order, whose mix of clusters
 varies far more) scores every cluster for every row there (`_log_prob_static`: a full softmax's
 FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
-the three ("torch", "all", "capacity"), on a CPU too.
+the three ("torch", "all", "capacity"), on a CPU too; the config key `head.training_path` sets it
+(auto: as above; capacity; all: every cluster for every row, the same loss with more FLOPs and none of
+the grouping's small kernels, which a GPU may run faster at a small vocabulary: at |V| = 10,000 and
+batch 256, 10.8 GFLOP a step against the capacity path's 8.2).
 
 Tied (`model.tie_embeddings=true`, the modern NPLM of Sun & Iyyer 2021): every word's output vector
 is the model's input word vector E[w] [F] (`tie_output_embeddings`), so the shortlist rows of H are
@@ -60,11 +63,13 @@ from torch import nn
 
 from nplm.errors import UserError
 from nplm.fast import aligned
-from nplm.config.rules import Float, IntList
+from nplm.config.rules import Choice, Float, IntList
 from nplm.heads import register_head
 from nplm.heads.base import Head, tie_checked, wide
 
 log = logging.getLogger(__name__)
+
+TRAINING_PATHS = ("auto", "capacity", "all")  # head.training_path: `AdaptiveHead.loss`'s path (module docstring)
 
 
 class TiedRows(nn.Module):
@@ -123,7 +128,10 @@ def tails_problem(div_value: float, tails: int, feature_dim: int) -> str | None:
 
 @register_head("adaptive", keys={
     "cutoffs": IntList(1, nullable=True, doc="word-count boundaries of the clusters (null: from the counts)"),
-    "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower")})
+    "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower"),
+    "training_path": Choice(options=TRAINING_PATHS, doc="the training loss: auto (torch's grouping on a CPU in "
+                            "float32 eager, else capacity), capacity (each row pays for the shortlist and its own "
+                            "cluster), all (every cluster for every row: more FLOPs, fewer kernels)")})
 class AdaptiveHead(Head):
     avoids_full_scores = True  # the shortlist's and the target's tail cluster's scores only
 
@@ -137,7 +145,7 @@ class AdaptiveHead(Head):
         return tails_problem(options.get("div_value", 4.0), len(options.get("cutoffs") or [0]), feature_dim)
 
     def __init__(self, feature_dim: int, vocab_size: int, counts: Sequence[int], cutoffs: Sequence[int] | None = None,
-                 div_value: float = 4.0):
+                 div_value: float = 4.0, training_path: str = "auto"):
         super().__init__()
         cutoffs = check_options(cutoffs, div_value, feature_dim, vocab_size)
         order = torch.argsort(torch.tensor(counts, dtype=torch.float64), descending=True, stable=True)  # rank -> id
@@ -149,9 +157,9 @@ class AdaptiveHead(Head):
         for _, words in self.adaptive.tail:  # (P_i, T_i): give T_i a bias, one per word of the cluster
             words.bias = nn.Parameter(torch.zeros(words.out_features))
         self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
-        # the capacity path (`loss`): None picks torch's grouping on a CPU in float32 eager, else "capacity";
-        # "torch" | "all" (`_log_prob_static`) | "capacity" force one
-        self.path: str | None = None
+        # `loss`'s path (config key head.training_path): None (auto) picks torch's grouping on a CPU in float32
+        # eager, else "capacity"; "torch" | "all" (`_log_prob_static`) | "capacity" force one
+        self.path: str | None = None if training_path == "auto" else training_path
         total, bounds = max(sum(counts), 1), [*cutoffs, vocab_size]
         ranked = sorted(counts, reverse=True)
         self.cluster_share = [sum(ranked[lo:hi]) / total for lo, hi in zip(bounds, bounds[1:])]  # p_i, i = 1..n
@@ -312,4 +320,5 @@ class AdaptiveHead(Head):
 
     @classmethod
     def from_config(cls, options: dict, *, feature_dim: int, vocab_size: int, counts, tree=None) -> "AdaptiveHead":
-        return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0))
+        return cls(feature_dim, vocab_size, counts, options.get("cutoffs"), options.get("div_value", 4.0),
+                   options.get("training_path", "auto"))
