@@ -21,7 +21,6 @@ Measured here, in one run, rounds alternated:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -92,7 +91,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="writes epoch_start.json and epoch_start.md there")
     args = parser.parse_args()
     import gpu_step
-    from provenance import stamp
+    from provenance import stamp, write_result
 
     os.environ["NPLM_CAPTURE_DRY"] = "1"
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -110,12 +109,7 @@ def main() -> None:
     result = {"stamp": heading, "rounds": args.rounds,
               "rows": [{"what": what, "setting": setting, "ms": values, "median": statistics.median(values)}
                        for (what, setting), values in figures.items()]}
-    lines = table(result)
-    print("\n".join(lines))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "epoch_start.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "epoch_start.md").write_text("\n".join(lines) + "\n")
+    write_result(args.out, "epoch_start", result, table(result))
 
 
 def table(result: dict) -> list[str]:

@@ -135,7 +135,7 @@ def main() -> None:
     import torch
 
     import gpu_step
-    from provenance import stamp
+    from provenance import stamp, write_result
 
     torch.set_num_threads(1)  # (as the runs: the stamp names the parent's threads)
 
@@ -171,12 +171,7 @@ def main() -> None:
               "loop_us_per_step": loop,
               "rows": [{"source": label, "variant": name, "us_per_step": values, "median": statistics.median(values)}
                        for (label, name), values in rows.items()]}
-    lines = table(result)
-    print("\n".join(lines))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "host_step.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "host_step.md").write_text("\n".join(lines) + "\n")
+    write_result(args.out, "host_step", result, table(result))
 
 
 def table(result: dict) -> list[str]:

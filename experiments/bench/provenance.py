@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -35,3 +36,13 @@ def stamp() -> str:
     script = os.path.relpath(sys.argv[0], Path(__file__).parents[2]) if sys.argv[0] else "?"
     return (f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC at commit {commit()} on {machine()}: "
             f"`python {script} {' '.join(sys.argv[1:])}`".rstrip())
+
+
+def write_result(out: Path | None, name: str, result: dict, lines: list[str]) -> None:
+    """Print a benchmark's table `lines`; with `out`, write `<name>.json` (every figure, `result`) and `<name>.md`
+    (the table) there."""
+    print("\n".join(lines))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / f"{name}.md").write_text("\n".join(lines) + "\n")
