@@ -73,6 +73,14 @@ def test_an_order_that_failed_to_draw_ahead_is_drawn_again():
     assert not draws_ahead(torch.device("cpu")) and draws_ahead(torch.device("cuda"))
 
 
+def test_an_order_drawn_ahead_for_a_gpu_is_plain_host_memory():
+    """The thread that draws ahead must make no CUDA call (pinned memory is allocated through CUDA): under a CUDA
+    graph capture of the training step, in PyTorch's default capture mode, any thread's such call is an error."""
+    order = BatchIndices(1000, 64, shuffle=True, seed=7, device="cuda")._draw(1)
+    assert order.device.type == "cpu" and not order.is_pinned()
+    assert torch.equal(order, torch.randperm(1000, generator=torch.Generator().manual_seed(8)))
+
+
 def test_batches_are_sharded_across_ranks_without_overlap():
     shards = [torch.cat(list(BatchIndices(100, 10, True, seed=1, rank=r, world_size=2))) for r in (0, 1)]
     assert len(shards[0]) == len(shards[1]) == 50

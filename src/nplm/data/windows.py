@@ -99,19 +99,22 @@ class BatchIndices(Sampler):
 
     def _order(self, epoch: int) -> torch.Tensor:
         """The epoch's permutation of range(n) [n] on `device`, drawn on the CPU (the same on every device).
-        Off the CPU (`draws_ahead`) the next epoch's is drawn meanwhile in a thread of its own: torch.randperm
-        of Brown's million windows takes ~17 ms of host time, during which a GPU would wait at the epoch's start."""
+        Off the CPU (`draws_ahead`) the next epoch's is drawn meanwhile in a thread of its own (CPU work only):
+        torch.randperm of Brown's million windows takes ~17 ms of host time, during which a GPU would wait at the
+        epoch's start."""
         ahead, self._ahead = self._ahead, None
         order = ahead.result() if ahead is not None and ahead.epoch == epoch else None
         if order is None:  # the first epoch, one not drawn ahead (a resumed run, set_epoch), or a failed draw
             order = self._draw(epoch)
         if draws_ahead(self.device):
             self._ahead = DrawnAhead(self._draw, epoch + 1)
+        # (copied from pageable memory: pinning it in the thread would allocate through CUDA, which no thread
+        # may do while the training step is being captured as a CUDA graph; at an epoch's start the device's
+        # queue is drained anyway)
         return order.to(self.device, non_blocking=True)
 
     def _draw(self, epoch: int) -> torch.Tensor:
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))  # [n]
-        return order.pin_memory() if self.device.type == "cuda" else order  # (copied to the GPU without a sync)
+        return torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + epoch))  # [n] (no CUDA call)
 
 
 def draws_ahead(device: torch.device) -> bool:
