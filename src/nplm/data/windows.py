@@ -87,15 +87,16 @@ class BatchIndices(Sampler):
             order = self._eval_share() if self.world_size > 1 else torch.arange(self.n)
             return iter(order.to(self.device).split(self.batch_size))
         epoch = self.epoch_fn() if self.epoch_fn is not None else self.epoch
-        picked = range(self.rank, len(self) * self.world_size, self.world_size) if self.world_size > 1 else None
+        # the epoch's batch numbers this rank trains (every world_size-th one)
+        numbers = range(self.rank, len(self) * self.world_size, self.world_size) if self.world_size > 1 \
+            else range(self._num_batches())
+        size = self.batch_size
         if self.n > LAZY_SHUFFLE:  # the permutation batch by batch: the first batch without waiting for all
             permutation = KeyedPermutation(self.n, torch.Generator().manual_seed(self.seed + epoch))
-            numbers = picked if picked is not None else range(self._num_batches())
-            return (permutation(torch.arange(i * self.batch_size, min(self.n, (i + 1) * self.batch_size))
-                                ).to(self.device) for i in numbers)
-        order, size = self._order(epoch), self.batch_size  # [n]
+            return (permutation(torch.arange(i * size, min(self.n, (i + 1) * size))).to(self.device) for i in numbers)
+        order = self._order(epoch)  # [n]
         # sliced batch by batch (a split into all ~4,000 views of Brown's epoch at once: ~5 ms of host time)
-        return (order[i * size: (i + 1) * size] for i in (picked if picked is not None else range(self._num_batches())))
+        return (order[i * size: (i + 1) * size] for i in numbers)
 
     def _order(self, epoch: int) -> torch.Tensor:
         """The epoch's permutation of range(n) [n] on `device`, drawn on the CPU (the same on every device).
