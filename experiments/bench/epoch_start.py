@@ -35,6 +35,7 @@ sys.path.insert(0, str(HERE))
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
 
+import host_step  # noqa: E402
 import nplm.data.windows as windows  # noqa: E402
 
 WINDOWS = 1_000_000
@@ -65,23 +66,9 @@ class EpochStart(pl.Callback):
 
 
 def train_ms(setting: str, corpus: dict, folder: str) -> float:
-    from hydra import compose, initialize_config_dir
-
-    import gpu_step
-    import nplm.training.capture as capture
-    from nplm.config import CONF_DIR
-
     windows.draws_ahead = SETTINGS[setting]
-    capture.CapturedStep._eager = lambda self, context, target: None  # the step's own work, left out
-    overrides = ["experiment=sun2021/brown", "corpus=text_files", f"corpus.train={corpus['train']}",
-                 f"corpus.valid={corpus['valid']}", "trainer.max_epochs=2", "trainer.limit_train_batches=512",
-                 "trainer.limit_val_batches=1", "threads=1", "callbacks.early_stopping_patience=null", "logger=none",
-                 "trainer.enable_progress_bar=false", "model.embed_dim=8", "model.hidden_dim=16",
-                 f"paths.output_dir={folder}/run", f"paths.data_dir={folder}/data"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
     clock = EpochStart()
-    gpu_step.train_with(cfg, clock)
+    host_step.stepless_run(corpus, folder, 512, "cpu", [], clock)
     return clock.ms
 
 
@@ -93,7 +80,6 @@ def main() -> None:
     import gpu_step
     from provenance import stamp, write_result
 
-    os.environ["NPLM_CAPTURE_DRY"] = "1"
     os.environ.setdefault("WANDB_MODE", "disabled")
     torch.set_num_threads(1)
     heading = stamp()

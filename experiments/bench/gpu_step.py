@@ -51,10 +51,11 @@ SHAPES = {
 PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name, cuda_graphs, compile, compile mode
          ("compiled", True, True, None), ("compiled-reduce-overhead", True, True, "reduce-overhead")]
 # compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead: torch.compile's own CUDA graphs
-PATHS.append(("compiled-s64", True, True, None))  # compiled, with 64 batches a Lightning step (STEPS_PER_EXECUTION)
+PATHS.append(("compiled-s64", True, True, None))  # compiled, with 64 batches a Lightning step (OVERRIDES)
 PATHS.append(("compiled-head-all", True, True, None))  # compiled, the adaptive head scoring every cluster (OVERRIDES)
-STEPS_PER_EXECUTION = {"compiled-s64": 64}  # a path's steps_per_execution where not the recipe's (16)
-OVERRIDES = {"compiled-head-all": {"head.training_path": "all"}}  # a path's config keys beside the shape's
+# a path's config keys beside the shape's: 64 batches a Lightning step (the recipe's 16: Lightning's cost per step
+# is paid once per that many batches), the adaptive head's every-cluster loss
+OVERRIDES = {"compiled-s64": {"steps_per_execution": 64}, "compiled-head-all": {"head.training_path": "all"}}
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -242,18 +243,13 @@ def main() -> None:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
                     if mode:  # a run folder of its own (nplm-train skips a finished run)
                         cfg.paths.output_dir = f"{cfg.paths.output_dir}-{mode}"
-                    if name in STEPS_PER_EXECUTION:  # (Lightning's cost per step is paid once per that many batches)
-                        cfg.steps_per_execution = STEPS_PER_EXECUTION[name]
-                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-s{cfg.steps_per_execution}"
-                    if name in OVERRIDES:
-                        from omegaconf import OmegaConf
+                    from omegaconf import OmegaConf
 
+                    if name in OVERRIDES:  # (a run folder of its own, as for a mode)
                         for key, value in OVERRIDES[name].items():
                             OmegaConf.update(cfg, key, value)
                         cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"
                     if args.dry_run:  # nplm-train's own check of the config (on this CPU): a bad key fails here
-                        from omegaconf import OmegaConf
-
                         from nplm.config.schema import validate
 
                         validate(OmegaConf.merge(cfg, {"trainer": {"accelerator": "cpu", "devices": 1}}))

@@ -48,33 +48,39 @@ TINY = ["model.embed_dim=8", "model.hidden_dim=16"]  # the CPU's stand-in for la
 
 def child(src: str, variant: str, device: str, batches: int, corpus: dict, tmp: str) -> dict:
     """One nplm-train run of `variant` with the nplm package at `src` (in this process)."""
-    os.environ["NPLM_CAPTURE_DRY"] = "1"
     sys.path.insert(0, src)
+    import nplm.training.capture as capture
+
+    if not capture.__file__.startswith(src):
+        raise SystemExit(f"host_step: imported nplm from {capture.__file__}, not from {src}")
+    clock = GroupClock()
+    metrics = stepless_run(corpus, tmp, batches, device, VARIANTS[variant], clock)
+    return {"us_per_step": clock.median_us(), "epoch_us_per_step": 1e6 * 256 / metrics["train/tokens_per_s"],
+            "graph_steps": metrics.get("train/graph_steps") or 0}
+
+
+def stepless_run(corpus: dict, folder: str, batches: int, device: str, extra: list[str], callback: pl.Callback) -> dict:
+    """nplm-train's metrics for `experiment=sun2021/brown` at batch 256 on `corpus`, two epochs of `batches` batches,
+    1 thread, `extra` overrides, in the captured step's dry mode with the step's own work left out, `callback` added
+    to its Trainer; on a CPU with the model shrunk (TINY), on CUDA bf16-mixed."""
+    os.environ["NPLM_CAPTURE_DRY"] = "1"
     from hydra import compose, initialize_config_dir
 
     import nplm.training.capture as capture
     from nplm.config import CONF_DIR
 
-    if not capture.__file__.startswith(src):
-        raise SystemExit(f"host_step: imported nplm from {capture.__file__}, not from {src}")
     capture.CapturedStep._eager = lambda self, context, target: None  # the step's own work, left out
     overrides = ["experiment=sun2021/brown", "corpus=text_files", f"corpus.train={corpus['train']}",
                  f"corpus.valid={corpus['valid']}", "data.batch_size=256", "trainer.max_epochs=2",
                  f"trainer.limit_train_batches={batches}", "trainer.limit_val_batches=1", "threads=1",
                  "callbacks.early_stopping_patience=null", "logger=none", "trainer.enable_progress_bar=false",
-                 f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data", *VARIANTS[variant]]
-    if device == "cuda":
-        overrides += ["trainer=gpu", "trainer.precision=bf16-mixed"]
-    else:
-        overrides += TINY
+                 f"paths.output_dir={folder}/run", f"paths.data_dir={folder}/data", *extra]
+    overrides += ["trainer=gpu", "trainer.precision=bf16-mixed"] if device == "cuda" else TINY
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     import gpu_step  # (after nplm: its own src/ on sys.path does not change the nplm imported above)
 
-    clock = GroupClock()
-    metrics = gpu_step.train_with(cfg, clock)
-    return {"us_per_step": clock.median_us(), "epoch_us_per_step": 1e6 * 256 / metrics["train/tokens_per_s"],
-            "graph_steps": metrics.get("train/graph_steps") or 0}
+    return gpu_step.train_with(cfg, callback)
 
 
 class GroupClock(pl.Callback):
