@@ -1,7 +1,8 @@
 """Captured training steps (nplm.training.capture, config key `cuda_graphs`): the dry run of the captured
 step (the same step function on static buffers, without a graph) against the eager step for every
 registered model x head, the device-side step size and loss sum, clipping, the configurations that
-train eagerly, portable checkpoints; on a CUDA device the captured graph itself, under sync debug mode."""
+train eagerly, portable checkpoints, no host read of a tensor between log lines; on a CUDA device the captured
+graph itself, under sync debug mode."""
 
 from __future__ import annotations
 
@@ -537,3 +538,90 @@ def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(r
     for key in ("train/ppl", "val/ppl"):
         assert trees[key] == pytest.approx(plain[key], rel=1e-5), key
 
+
+
+# a tensor's value read on the host: on a GPU each is a host-device sync, which drains the queue of replays
+HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "__repr__", "numpy",
+              "__array__", "cpu", "nonzero", "unique", "masked_select", "equal", "allclose"}
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """The names of the tensor calls made inside it that read a value on the host (HOST_READS, or indexing by a
+    boolean mask, whose result's size is data-dependent)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        masked = (name in ("__getitem__", "__setitem__") and isinstance(args[1], torch.Tensor)
+                  and args[1].dtype == torch.bool)
+        if name in HOST_READS or masked:
+            self.names.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+class ReadsPerStep:
+    """A Lightning callback: the host reads of each Lightning training step after the first epoch (whose first
+    steps warm up and capture), from its start to the next step's start (the step, its callbacks, the next
+    batch's fetch), an epoch's last step to its end (validation left out); `log_steps`: the steps that wrote
+    a training log line."""
+
+    def __init__(self):
+        import pytorch_lightning as pl
+
+        recorder = self
+
+        class Callback(pl.Callback):
+            def on_train_batch_start(self, trainer, *args):
+                recorder.stop()
+                if trainer.current_epoch >= 1:
+                    recorder.watch = HostReads().__enter__()
+                    recorder.steps.append(recorder.watch.names)
+
+            def on_train_batch_end(self, trainer, *args):
+                if trainer.is_last_batch:  # (validation follows)
+                    recorder.stop()
+
+        self.callback, self.watch, self.steps, self.log_steps = Callback(), None, [], set()
+
+    def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.__exit__(None, None, None)
+            self.watch = None
+
+
+@pytest.mark.parametrize("mode", [
+    ["data.batch_size=4", "callbacks.ema_decay=0.9"],  # shuffled windows, the weights' moving average (sun2021/brown)
+    ["data.block_size=8", "data.batch_size=2", "optimizer.warmup_steps=3", "trainer.gradient_clip_val=1.0"],  # blocks
+], ids=["windows", "blocks"])
+def test_a_captured_runs_lightning_steps_read_the_device_only_at_log_lines(run_train, monkeypatch, mode):
+    """Between log lines nplm-train's Lightning steps (each a group of captured batches, the loss sum and the
+    finite check kept on the device, the weights' moving average, the per-step schedule, the next group's
+    fetch) read no tensor on the host, in window and in block training: on a GPU such a read waits for every
+    queued replay and leaves the card idle while the host catches up (AveragedModel's own update did, twice a
+    step: this test fails with it back). At a log line the loss check reads (module.check_finite), and the test
+    sees it."""
+    import nplm.training.train as train_module
+    from nplm.training.module import LanguageModel
+
+    recorder, build, log_window = ReadsPerStep(), train_module.build_trainer, LanguageModel._log_window
+
+    def spied_log_window(self, *args, **kwargs):
+        if recorder.watch is not None:
+            recorder.log_steps.add(len(recorder.steps) - 1)
+        return log_window(self, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "build_trainer", lambda *args, extra_callbacks=(), **kwargs: build(
+        *args, extra_callbacks=[*extra_callbacks, recorder.callback], **kwargs))
+    monkeypatch.setattr(LanguageModel, "_log_window", spied_log_window)
+    metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "model=modern", "model.window=2", "model.summaries=1",
+                      "model.num_layers=2", "model.first_hidden_dim=null", "head=adaptive",
+                      "head.div_value=1.0", "model.tie_embeddings=true", "head.training_path=capacity",
+                      "steps_per_execution=2", "trainer.log_every_n_steps=6", "trainer.max_epochs=3", *mode)
+    assert metrics["train/graph_steps"] > 0
+    reading = {i for i, names in enumerate(recorder.steps) if names}
+    assert len(recorder.steps) >= 8 and 2 <= len(recorder.log_steps) <= len(recorder.steps) // 2
+    assert reading == recorder.log_steps, {i: recorder.steps[i] for i in sorted(reading ^ recorder.log_steps)}
+    assert all("tolist" in recorder.steps[i] for i in recorder.log_steps)  # check_finite's one read of the device
