@@ -541,7 +541,6 @@ def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(r
         assert trees[key] == pytest.approx(plain[key], rel=1e-5), key
 
 
-
 # a tensor's value read on the host: on a GPU each is a host-device sync, which drains the queue of replays
 HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "__repr__", "numpy",
               "__array__", "cpu", "nonzero", "unique", "masked_select", "equal", "allclose"}
@@ -669,7 +668,7 @@ def test_the_captured_step_is_the_plain_loops_step_and_a_few_ops_of_bookkeeping(
     torch.manual_seed(0)
     lm = LanguageModel(plain(cfg.model), {**plain(cfg.head), "training_path": "capacity"}, plain(cfg.optimizer), vocab)
     adamw = torch.optim.AdamW(lm.parameters(), lr=torch.tensor(1e-3), weight_decay=0.1, fused=True, capturable=True)
-    for i in range(2):
+    for i in range(2):  # (the first step makes the optimizer's state)
         with AtenOps() if i else contextlib.nullcontext() as loop:
             lm._train_loss(context, target).mean().backward()
             adamw.step()
