@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf
 
@@ -563,29 +564,25 @@ class HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-class ReadsPerStep:
-    """A Lightning callback: the host reads of each Lightning training step after the first epoch (whose first
-    steps warm up and capture), from its start to the next step's start (the step, its callbacks, the next
-    batch's fetch), an epoch's last step to its end (validation left out); `log_steps`: the steps that wrote
-    a training log line."""
+class ReadsPerStep(pl.Callback):
+    """The host reads of each Lightning training step after the first epoch (whose first steps warm up and
+    capture), from its start to the next step's start (the step, its callbacks, the next batch's fetch), an
+    epoch's last step to its end (validation left out); `log_steps`: the steps that wrote a training log line."""
 
     def __init__(self):
-        import pytorch_lightning as pl
+        self.watch: HostReads | None = None
+        self.steps: list[list[str]] = []
+        self.log_steps: set[int] = set()
 
-        recorder = self
+    def on_train_batch_start(self, trainer, *args) -> None:
+        self.stop()
+        if trainer.current_epoch >= 1:
+            self.watch = HostReads().__enter__()
+            self.steps.append(self.watch.names)
 
-        class Callback(pl.Callback):
-            def on_train_batch_start(self, trainer, *args):
-                recorder.stop()
-                if trainer.current_epoch >= 1:
-                    recorder.watch = HostReads().__enter__()
-                    recorder.steps.append(recorder.watch.names)
-
-            def on_train_batch_end(self, trainer, *args):
-                if trainer.is_last_batch:  # (validation follows)
-                    recorder.stop()
-
-        self.callback, self.watch, self.steps, self.log_steps = Callback(), None, [], set()
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.is_last_batch:  # (validation follows)
+            self.stop()
 
     def stop(self) -> None:
         if self.watch is not None:
@@ -598,30 +595,27 @@ class ReadsPerStep:
     ["data.block_size=8", "data.batch_size=2", "optimizer.warmup_steps=3", "trainer.gradient_clip_val=1.0"],  # blocks
     ["data.batch_size=4", "callbacks.ema_decay=0.9", "cuda_graphs=false"],  # the eager step (a configuration not captured)
 ], ids=["windows", "blocks", "eager"])
-def test_lightning_steps_read_the_device_only_at_log_lines(run_train, monkeypatch, mode):
+def test_lightning_steps_read_the_device_only_at_log_lines(tmp_path, monkeypatch, mode):
     """Between log lines nplm-train's Lightning steps (each a group of batches, captured or eager, the loss sum
     and the finite check kept on the device, the weights' moving average, the per-step schedule, the next
     group's fetch) read no tensor on the host, in window and in block training: on a GPU such a read waits
     for all the queued work and leaves the card idle while the host catches up (AveragedModel's own update
     did, twice a step: this test fails with it back). At a log line the loss check reads
     (module.check_finite), and the test sees it."""
-    import nplm.training.train as train_module
-    from nplm.training.module import LanguageModel
-
-    recorder, build, log_window = ReadsPerStep(), train_module.build_trainer, LanguageModel._log_window
+    recorder, log_window = ReadsPerStep(), LanguageModel._log_window
 
     def spied_log_window(self, *args, **kwargs):
         if recorder.watch is not None:
             recorder.log_steps.add(len(recorder.steps) - 1)
         return log_window(self, *args, **kwargs)
 
-    monkeypatch.setattr(train_module, "build_trainer", lambda *args, extra_callbacks=(), **kwargs: build(
-        *args, extra_callbacks=[*extra_callbacks, recorder.callback], **kwargs))
     monkeypatch.setattr(LanguageModel, "_log_window", spied_log_window)
-    metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "model=modern", "model.window=2", "model.summaries=1",
-                      "model.num_layers=2", "model.first_hidden_dim=null", "head=adaptive",
-                      "head.div_value=1.0", "model.tie_embeddings=true", "head.training_path=capacity",
-                      "steps_per_execution=2", "trainer.log_every_n_steps=6", "trainer.max_epochs=3", *mode)
+    monkeypatch.setenv("NPLM_CAPTURE_DRY", "1")
+    cfg = compose_cfg(tmp_path, *TOY_FAST, "model=modern", "model.window=2", "model.summaries=1", "model.num_layers=2",
+                      "model.first_hidden_dim=null", "head=adaptive", "head.div_value=1.0", "model.tie_embeddings=true",
+                      "head.training_path=capacity", "steps_per_execution=2", "trainer.log_every_n_steps=6",
+                      "trainer.max_epochs=3", *mode)
+    metrics = train(cfg, callbacks=[recorder])
     captured = "cuda_graphs=false" not in mode
     assert metrics["train/graph_steps"] > 0 if captured else "train/graph_steps" not in metrics
     reading = {i for i, names in enumerate(recorder.steps) if names}

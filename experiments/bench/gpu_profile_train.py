@@ -42,7 +42,8 @@ import torch  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-import gpu_step  # noqa: E402
+import gpu_step  # noqa: E402  (puts the repo's src/ on sys.path)
+from nplm.training.train import train  # noqa: E402
 
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
@@ -240,7 +241,7 @@ def main() -> None:
             os.environ["NPLM_CAPTURE_DRY"] = "1"
             cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices = "cpu", "32-true", 1
             cfg.model.embed_dim, cfg.model.hidden_dim = 8, 16
-        metrics = gpu_step.train_with(cfg, callback)
+        metrics = train(cfg, callbacks=[callback])
         if callback.prof is None or not callback.optimizer_steps:
             sys.exit("gpu_profile_train: nothing profiled (too few batches in the second epoch?)")
         name = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"

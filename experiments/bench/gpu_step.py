@@ -101,23 +101,6 @@ def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, 
         return hydra_compose(config_name="train", overrides=overrides)
 
 
-def train_with(cfg, *callbacks) -> dict:
-    """nplm-train's `train(cfg)` with `callbacks` added to the run's Trainer, through the callbacks it already
-    adds (`nplm.training.trainer.build_trainer`'s `extra_callbacks`)."""
-    import nplm.training.train as train_module
-
-    build = train_module.build_trainer
-
-    def with_callbacks(*args, extra_callbacks=(), **kwargs):
-        return build(*args, extra_callbacks=[*extra_callbacks, *callbacks], **kwargs)
-
-    train_module.build_trainer = with_callbacks
-    try:
-        return train_module.train(cfg)
-    finally:
-        train_module.build_trainer = build
-
-
 def nplm_train(cfg) -> dict:
     from nplm.training.train import train
 

@@ -67,6 +67,7 @@ def stepless_run(corpus: dict, folder: str, batches: int, device: str, extra: li
     from hydra import compose, initialize_config_dir
 
     import nplm.training.capture as capture
+    import nplm.training.train as train_module
     from nplm.config import CONF_DIR
 
     capture.CapturedStep._eager = lambda self, context, target: None  # the step's own work, left out
@@ -78,9 +79,15 @@ def stepless_run(corpus: dict, folder: str, batches: int, device: str, extra: li
     overrides += ["trainer=gpu", "trainer.precision=bf16-mixed"] if device == "cuda" else TINY
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    import gpu_step  # (after nplm: its own src/ on sys.path does not change the nplm imported above)
-
-    return gpu_step.train_with(cfg, callback)
+    # the callback through build_trainer's `extra_callbacks` rather than train's `callbacks`, which a --baseline
+    # revision may predate
+    build = train_module.build_trainer
+    train_module.build_trainer = lambda *args, extra_callbacks=(), **kwargs: build(
+        *args, extra_callbacks=[*extra_callbacks, callback], **kwargs)
+    try:
+        return train_module.train(cfg)
+    finally:
+        train_module.build_trainer = build
 
 
 class GroupClock(pl.Callback):

@@ -14,7 +14,9 @@ import logging
 import math
 import shutil
 from pathlib import Path
+from typing import Sequence
 
+import pytorch_lightning as pl
 from omegaconf import DictConfig
 from pytorch_lightning.utilities import rank_zero_only
 
@@ -53,8 +55,9 @@ def _hydra_job() -> tuple[str, str | None]:
     return name, group
 
 
-def train(cfg: DictConfig) -> dict:
-    """Train, validate each epoch, test the best checkpoint; return the final metrics.
+def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
+    """Train, validate each epoch, test the best checkpoint; return the final metrics. `callbacks`: added to
+    the run's Trainer after nplm's own (a benchmark's clock, a test's watch).
 
     A `UserError` (bad config value, bad data) removes the job's run directory, so a mistake never
     leaves a half-written run behind, except a `WriteError` (a full disk) once the run has a checkpoint:
@@ -91,7 +94,7 @@ def train(cfg: DictConfig) -> dict:
         if ckpt is None and rank_zero_only.rank == 0:  # (another rank, started later, would clear rank 0's logs)
             clear_outputs(out_dir)  # a failed job's earlier attempt
             mark_started(out_dir, cfg, overrides)
-        return _train(cfg, out_dir, ckpt, overrides, processes)
+        return _train(cfg, out_dir, ckpt, overrides, processes, callbacks)
     except UserError as err:
         finish_wandb(failed=True)
         if isinstance(err, Diverged):  # the run stays as it stopped: its record says so, its checkpoints are kept
@@ -125,9 +128,9 @@ def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: b
 
 
 def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: list[str] | None = None,
-           processes: int = 1) -> dict:
+           processes: int = 1, callbacks: Sequence[pl.Callback] = ()) -> dict:
     """One run in `out_dir` (from checkpoint `ckpt`, or fresh), trained by `processes` processes (DDP's
-    ranks): the steps, in order."""
+    ranks), `callbacks` added to its Trainer: the steps, in order."""
     set_up_process(cfg)
     dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
@@ -170,7 +173,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
     failed = True
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count])
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, *callbacks])
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path

@@ -75,7 +75,7 @@ def check_trainer(trainer_cfg: dict) -> int:
 
 def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochHistory,
                   plan: ExecutionPlan, extra_callbacks: list[pl.Callback] = ()) -> pl.Trainer:
-    """`extra_callbacks`: the run's own (`nplm.training.flops.FlopCount`), after nplm's."""
+    """`extra_callbacks`: the run's own (`nplm.training.flops.FlopCount`, a caller's of `train`), after nplm's."""
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     best = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename="best-epoch{epoch:03d}",
