@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 BUDGET_TOKENS = 2.05e9
 SHAPES = {
@@ -48,11 +49,11 @@ SHAPES = {
     "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
                     "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
 }
-PATHS = [("eager", False, False, None), ("captured", True, False, None),  # name, cuda_graphs, compile, compile mode
-         ("compiled", True, True, None), ("compiled-reduce-overhead", True, True, "reduce-overhead")]
-# compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead: torch.compile's own CUDA graphs
-PATHS.append(("compiled-s64", True, True, None))  # compiled, with 64 batches a Lightning step (OVERRIDES)
-PATHS.append(("compiled-head-all", True, True, None))  # compiled, the adaptive head scoring every cluster (OVERRIDES)
+# name, cuda_graphs, compile, compile mode. compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead:
+# torch.compile's own CUDA graphs; s64 and head-all: compiled, with their OVERRIDES
+PATHS = [("eager", False, False, None), ("captured", True, False, None), ("compiled", True, True, None),
+         ("compiled-reduce-overhead", True, True, "reduce-overhead"), ("compiled-s64", True, True, None),
+         ("compiled-head-all", True, True, None)]
 # a path's config keys beside the shape's: 64 batches a Lightning step (the recipe's 16: Lightning's cost per step
 # is paid once per that many batches), the adaptive head's every-cluster loss
 OVERRIDES = {"compiled-s64": {"steps_per_execution": 64}, "compiled-head-all": {"head.training_path": "all"}}
@@ -114,8 +115,6 @@ def nplm_train(cfg) -> dict:
 
 def reference_model(cfg, vocab: int, device: str):
     """The run's model and head (nplm's modules, no Lightning) on Zipfian word counts."""
-    from omegaconf import OmegaConf
-
     from nplm.data.vocabulary import Vocabulary
     from nplm.training.module import LanguageModel
 
@@ -224,14 +223,9 @@ def main() -> None:
                        "eager_steps": steps_for(shape, batch, whole=False)}
                 for name, graphs, compile_, mode in [p for p in PATHS if p[0] in paths]:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
-                    if mode:  # a run folder of its own (nplm-train skips a finished run)
-                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-{mode}"
-                    from omegaconf import OmegaConf
-
-                    if name in OVERRIDES:  # (a run folder of its own, as for a mode)
-                        for key, value in OVERRIDES[name].items():
-                            OmegaConf.update(cfg, key, value)
-                        cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"
+                    cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"  # (nplm-train skips a finished run)
+                    for key, value in OVERRIDES.get(name, {}).items():
+                        OmegaConf.update(cfg, key, value)
                     if args.dry_run:  # nplm-train's own check of the config (on this CPU): a bad key fails here
                         from nplm.config.schema import validate
 
