@@ -64,7 +64,7 @@ def test_an_order_that_failed_to_draw_ahead_is_drawn_again():
     from nplm.data.windows import DrawnAhead, draws_ahead
 
     def draw(epoch):
-        raise RuntimeError("pinned memory exhausted")
+        raise RuntimeError("out of memory")
 
     assert DrawnAhead(draw, 3).result() is None
     sampler = BatchIndices(100, 10, shuffle=True, seed=1)
