@@ -1,4 +1,4 @@
-"""README's "Extending nplm": its worked example (a model's module, its yaml and its test) works as written,
+"""docs/extending.md: its worked example (a model's module, its yaml and its test) works as written,
 in a copy of the package with nothing else changed; and a new head, its module and its yaml alone, is put
 through the registry-driven conformance tests of the repository's own test files, none of them edited."""
 
@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def readme_files() -> dict[str, str]:
-    """{path: text} of the README's code blocks whose first line is a comment naming a file."""
-    blocks = re.findall(r"```(?:python|yaml)\n# ((?:src|tests)/\S+)\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    """{path: text} of docs/extending.md's code blocks whose first line is a comment naming a file."""
+    page = (REPO / "docs" / "extending.md").read_text()
+    blocks = re.findall(r"```(?:python|yaml)\n# ((?:src|tests)/\S+)\n(.*?)```", page, re.S)
     return {path: text for path, text in blocks}
 
 
@@ -56,7 +57,7 @@ def test_the_worked_example_trains_from_its_three_files_alone(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip() == "nplm: error: model.embed_dim=0: must be an integer >= 1"
 
 
-# A head added as the README's table says: its module and its yaml, nothing else.
+# A head added as docs/extending.md's table says: its module and its yaml, nothing else.
 HEAD_FILES = {
     "src/nplm/heads/scaled_softmax.py": '''"""`head=scaled_softmax`: the full softmax of scores divided by a
 temperature, P(w | f) = softmax((W f + b) / tau)_w."""
