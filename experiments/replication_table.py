@@ -72,7 +72,7 @@ ROWS = (
         ("bengio2003/modern-mlp1",), test_ppl, "268"),
     Row(f"{BENGIO}, MLP9, the paper's recipe, 20 epochs: test ppl", "nplm-train experiment=bengio2003/mlp9",
         ("bengio2003/paper-mlp9",), test_ppl, "276"),
-    Row(f"{BENGIO}, MLP7, the paper's recipe to early stopping: test ppl", CONVERGED.format("mlp7"),
+    Row(f"{BENGIO}, MLP7, the paper's SGD with 3x its step, to early stopping: test ppl", CONVERGED.format("mlp7"),
         ("bengio2003/converged-mlp7-lr0.384",), test_ppl, "293"),
     Row(f"{BENGIO}, MLP9, the same, cut by a 15-minute limit: test ppl", CONVERGED.format("mlp9"),
         ("bengio2003/converged-mlp9-lr0.384",), test_ppl, "276"),
