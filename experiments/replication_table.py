@@ -76,14 +76,17 @@ ROWS = (
         ("bengio2003/converged-mlp7-lr0.384",), test_ppl, "293"),
     Row(f"{BENGIO}, MLP9, the same, cut by a 15-minute limit: test ppl", CONVERGED.format("mlp9"),
         ("bengio2003/converged-mlp9-lr0.384",), test_ppl, "276"),
-    Row(f"{BENGIO}, Kneser-Ney back-off trigram: test ppl", "python experiments/bengio2003/run.py --rows kn3-backoff-srilm",
-        ("bengio2003/ngram-kn3-backoff-srilm",), test_ppl, "323"),
+    Row(f"{BENGIO}, Kneser-Ney back-off trigram: test ppl",
+        "python experiments/bengio2003/run.py --rows kn3-backoff-srilm", ("bengio2003/ngram-kn3-backoff-srilm",),
+        test_ppl, "323"),
     Row("[Sun & Iyyer 2021](experiments/sun2021/README.md), modern NPLM, Bengio et al.'s Brown: test ppl",
         "nplm-train experiment=sun2021/brown", ("bengio2003/sun2021-ema",), test_ppl, "not in the paper"),
-    Row(f"{MORIN}, hierarchical softmax: training speed over the softmax's", "python experiments/morin2005/run.py --rows timing",
-        ("morin2005/timing",), speed_up("hierarchical", "softmax"), "258x (1.2 GHz Athlon)"),
-    Row(f"{MORIN}, their WordNet tree: test ppl against the softmax's", "nplm-train experiment=morin2005/hierarchical tree=wordnet",
-        ("morin2005/hierarchical-wordnet", "morin2005/nplm"), test_gap, "+13.0%"),
+    Row(f"{MORIN}, hierarchical softmax: training speed over the softmax's",
+        "python experiments/morin2005/run.py --rows timing", ("morin2005/timing",),
+        speed_up("hierarchical", "softmax"), "258x (1.2 GHz Athlon)"),
+    Row(f"{MORIN}, their WordNet tree: test ppl against the softmax's",
+        "nplm-train experiment=morin2005/hierarchical tree=wordnet", ("morin2005/hierarchical-wordnet", "morin2005/nplm"),
+        test_gap, "+13.0%"),
     Row(f"{MNIH}, HLBL, a learned tree against a random one: test ppl", "make replicate-mnih2009",
         ("mnih2009/hlbl-balanced", "mnih2009/hlbl-random"), test_gap, "-13% (APNews)"),
     Row("[Mnih & Teh 2012](experiments/mnih2009/README.md), NCE (k = 100): test ppl against the softmax's",
@@ -128,8 +131,9 @@ def table() -> str:
         "|---|---|--:|--:|",
         *(line(row) for row in ROWS),
         "",
-        "Each figure links to its result file (command, commit, machine). \u2020: from uncommitted code or an unrecorded "
-        "commit; run it again from a clean checkout to replace it. *: a time limit stopped the row before early stopping.",
+        "Each figure links to its result file (command, commit, machine). \u2020: from uncommitted code or an "
+        "unrecorded commit; run it again from a clean checkout to replace it. *: a time limit stopped the row before "
+        "early stopping.",
         END,
     ])
 
@@ -142,12 +146,13 @@ def readme_table(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table is not the one written here")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when README.md's table is not the one written here")
     args = parser.parse_args()
     text, new = README.read_text(), table()
     old = readme_table(text)
     if args.check:
-        sys.exit(0 if old == new else f"README.md: its replication table differs; python {Path(__file__).relative_to(ROOT)}")
+        sys.exit(0 if old == new else "README.md: its replication table differs; python experiments/replication_table.py")
     README.write_text(text.replace(old, new))
 
 

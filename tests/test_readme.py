@@ -74,7 +74,8 @@ def test_a_row_carries_the_marks_of_its_result_files(tmp_path, monkeypatch, comm
     (folder / "b.json").write_text(json.dumps(cut))
     monkeypatch.setattr(replication_table, "EXPERIMENTS", tmp_path / "experiments")
     row = replication_table.Row("MLP1", "nplm-train", ("bengio2003/a",), replication_table.test_ppl, "268")
-    assert replication_table.line(row) == f"| MLP1 | `nplm-train` | [244.8{mark}](experiments/bengio2003/results/a.json) | 268 |"
+    link = f"[244.8{mark}](experiments/bengio2003/results/a.json)"
+    assert replication_table.line(row) == f"| MLP1 | `nplm-train` | {link} | 268 |"
     both = replication_table.Row("MLP1 / MLP9", "nplm-train", ("bengio2003/a", "bengio2003/b"),
                                  replication_table.test_gap, "-")
     assert f"[+2.9%*{mark}](experiments/bengio2003/results/a.json)" in replication_table.line(both)
