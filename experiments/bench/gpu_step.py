@@ -132,15 +132,12 @@ def reference_model(cfg, vocab: int, device: str):
     return LanguageModel(plain(cfg.model), plain(cfg.head), plain(cfg.optimizer), words).to(device).train()
 
 
-def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None, prepare=None,
+def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None,
                    around=contextlib.nullcontext) -> dict:
     """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step.
-    `compile_`: a function that compiles the loss before the warm-up (gpu_compile_capture.py); `prepare`:
-    a function of the LanguageModel called before it (a variant's change to the model or head); `around`:
+    `compile_`: a function that compiles the loss before the warm-up (gpu_profile_train.py --compile); `around`:
     a context manager factory entered around the timed replays (gpu_profile_train.py's profiler)."""
     lm = reference_model(cfg, vocab, "cuda")
-    if prepare is not None:
-        prepare(lm)
     loss_of = compile_(lm._train_loss) if compile_ else lm._train_loss
     k, block = cfg.model.context_size, cfg.data.get("block_size")
     opt = torch.optim.AdamW(lm.parameters(), lr=torch.tensor(float(cfg.optimizer.lr), device="cuda"),
