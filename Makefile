@@ -57,8 +57,10 @@ wheel-check: install
 	  && grep -q '"status": "finished"' run/metrics.json \
 	  && echo "wheel-check: the installed wheel trained from $$tmp"; status=$$?; rm -rf $$tmp; exit $$status
 
+# MLP1 on Brown: writes experiments/bench/results/<machine>/bench.json, then the bench README's tables from the result files.
 bench: install
 	$(BIN)/python experiments/bench/bench.py
+	$(BIN)/python experiments/bench/harness.py
 
 # Bengio et al. (2003) Table 1: runs the rows not yet done (resumable), rewrites experiments/bengio2003/README.md.
 replicate-bengio2003: install

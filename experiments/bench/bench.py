@@ -9,16 +9,16 @@ then an ablation of the CPU speed-ups of the full softmax's step, in the plain l
 hand (`nplm.fast.backprop`), the output layer's matmuls through `nplm.fast.cpu_gemm` and malloc keeping
 large buffers (`nplm.fast.malloc`).
 
-    python experiments/bench/bench.py [--batch-size 512] [--steps 40] [--write-readme]
+    python experiments/bench/bench.py [--batch-size 1024] [--steps 40] [--out experiments/bench/results]
 
-Brown is read from NLTK_DATA when present; otherwise a synthetic stream with the same |V| is used.
+Brown is read from NLTK_DATA when present; otherwise (or with `--synthetic`) a random stream with the same |V|.
+Writes results/<machine>/bench.json (harness.write_result).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from provenance import stamp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 from nplm.fast import backprop
 from nplm.data.datamodule import LMDataModule
@@ -34,20 +36,23 @@ from nplm.errors import UserError
 from nplm.training.module import LanguageModel
 from nplm.heads.softmax import SoftmaxNLL
 from nplm.fast.malloc import keep_freed_memory
+from nplm.optimizers import build_optimizer
 from nplm.optimizers.lazy import step_without_profiler
 from nplm.data.vocabulary import Vocabulary
 
-HERE = Path(__file__).resolve().parent
+ADAM = {"name": "adam", "lr": 1e-3}
 MLP1 = {"context_size": 4, "embed_dim": 60, "hidden_dim": 50, "direct": True}
 BROWN = {"name": "brown", "nltk_data": os.environ.get("NLTK_DATA"), "download": False, "train_size": 800_000,
          "valid_size": 200_000, "test_size": None, "vocab_from": "all", "min_count": 4}
 
 
-def datamodule(batch_size: int) -> tuple[LMDataModule, str]:
+def datamodule(batch_size: int, synthetic: bool = False) -> tuple[LMDataModule, str]:
+    """Brown's batches, or (`synthetic`, or where Brown is missing) a random stream with Brown's |V|."""
     try:
-        dm = LMDataModule(BROWN, MLP1["context_size"], batch_size, 1024)
-        dm.setup()
-        return dm, "Brown (NLTK), |V| = 17,905"
+        if not synthetic:
+            dm = LMDataModule(BROWN, MLP1["context_size"], batch_size, 1024)
+            dm.setup()
+            return dm, "Brown (NLTK), |V| = 17,905"
     except UserError:
         pass
     vocab = Vocabulary([f"w{i}" for i in range(17_904)] + ["<unk>"], [1] * 17_905)
@@ -56,7 +61,7 @@ def datamodule(batch_size: int) -> tuple[LMDataModule, str]:
     from nplm.data.windows import Windows
 
     dm.windows = {split: Windows(ids, MLP1["context_size"]) for split in ("train", "valid")}
-    return dm, "synthetic stream, |V| = 17,905 (no NLTK_DATA)"
+    return dm, "synthetic stream, |V| = 17,905"
 
 
 def loader_rate(dm: LMDataModule) -> float:
@@ -89,7 +94,7 @@ def step_flops(batch: int, vocab: int, k: int, m: int, h: int) -> float:
 
 def make_module(dm: LMDataModule) -> LanguageModel:
     torch.manual_seed(0)
-    return LanguageModel(MLP1, {"name": "softmax"}, {"name": "adam", "lr": 1e-3}, dm.vocab.to_dict())
+    return LanguageModel(MLP1, {"name": "softmax"}, ADAM, dm.vocab.to_dict())
 
 
 def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
@@ -98,7 +103,7 @@ def plain_loop(dm: LMDataModule, steps: int, warmup: int, nll=None) -> float:
     `step_without_profiler`). `nll(module)`: the per-example loss to train on instead, through
     autograd and `optimizer.step()` (the ablation)."""
     module = make_module(dm)
-    optimizer = module.configure_optimizers()
+    optimizer = build_optimizer(module, ADAM)  # what configure_optimizers builds
     batches = iter(dm.train_dataloader())
     n, start = 0, None
     for i in range(warmup + steps):
@@ -135,28 +140,26 @@ def ablation_child(name: str, args: argparse.Namespace) -> None:
     by_hand, cpu_path, keep = ABLATION[name]
     if keep:
         keep_freed_memory()
-    dm, _ = datamodule(args.batch_size)
+    dm, _ = datamodule(args.batch_size, args.synthetic)
     nll = None if by_hand else (lambda module: module.nll) if cpu_path else old_output_layer
     print(plain_loop(dm, args.steps, args.warmup, nll))
 
 
-def ablation(args: argparse.Namespace) -> list[str]:
+def ablation(args: argparse.Namespace) -> tuple[list[str], dict[str, list[float]]]:
     """Examples/s of the plain loop with the CPU speed-ups off in turn, a fresh process per measurement,
-    interleaved; rows of a markdown table with the median ratio to 'none of the three'."""
+    interleaved: rows of a markdown table with the median ratio to 'none of the three', and the rates."""
     rates = {name: [] for name in ABLATION}
     for _ in range(args.ablation_rounds):
         for name in ABLATION:
             command = [sys.executable, __file__, "--ablation-child", name, "--threads", str(torch.get_num_threads()),
+                       *(["--synthetic"] if args.synthetic else []),
                        "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             rates[name].append(float(out.split()[-1]))
     base = rates["none of the three"]
     rows = ["| plain loop, MLP1 | examples/s (median) | vs none of the three (min-max per round) |", "|---|---:|---:|"]
-    for name, v in rates.items():
-        ratio = [a / b for a, b in zip(v, base)]
-        rows.append(f"| {name} | {statistics.median(v):,.0f} | {statistics.median(ratio):.2f}x "
-                    f"({min(ratio):.2f}-{max(ratio):.2f}) |")
-    return rows
+    rows += [f"| {name} | {harness.median(v):,.0f} | {harness.ratio(v, base)} |" for name, v in rates.items()]
+    return rows, rates
 
 
 class _Clock(pl.Callback):
@@ -184,7 +187,7 @@ def lightning_loop(dm: LMDataModule, steps: int, warmup: int) -> float:
     return clock.examples / (clock.end - clock.start)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=1024, help="training batch size (default 1024)")
     parser.add_argument("--steps", type=int, default=40, help="timed training steps per loop (default 40)")
@@ -192,30 +195,28 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds, median ratio (default 5)")
     parser.add_argument("--ablation-rounds", type=int, default=5,
-                        help="rounds of the ablation of the two CPU speed-ups (0: none; default 5)")
-    parser.add_argument("--write-readme", action="store_true", help="write the table into README.md here")
+                        help="rounds of the ablation of the three CPU speed-ups (0: none; default 5)")
+    parser.add_argument("--synthetic", action="store_true", help="a random stream with Brown's |V| instead of Brown")
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
     parser.add_argument("--ablation-child", choices=list(ABLATION), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.ablation_child:
         return ablation_child(args.ablation_child, args)
     keep_freed_memory()  # as nplm-train with malloc_keep_freed=true: both loops reuse the [B, V] buffers between steps
 
-    dm, source = datamodule(args.batch_size)
+    dm, source = datamodule(args.batch_size, args.synthetic)
     V = len(dm.vocab)
     rate_loader = loader_rate(dm)
-    # Rounds alternate the peak, the plain loop and Lightning; ratios are taken within a round (a load
-    # on the shared machine slows a round's contenders alike), their median reported.
-    peaks, plains, lits = [], [], []
-    for _ in range(args.rounds):
-        peaks.append(matmul_peak())
-        plains.append(plain_loop(dm, args.steps, args.warmup))
-        lits.append(lightning_loop(dm, args.steps, args.warmup))
+    # the peak, the plain loop and Lightning in alternated rounds; ratios are taken within a round
+    measured = harness.alternate({"peak": matmul_peak, "plain": lambda: plain_loop(dm, args.steps, args.warmup),
+                                  "lightning": lambda: lightning_loop(dm, args.steps, args.warmup)}, args.rounds)
+    peaks, plains, lits = measured["peak"], measured["plain"], measured["lightning"]
     flops_per_example = step_flops(1, V, MLP1["context_size"], MLP1["embed_dim"], MLP1["hidden_dim"])
     overheads = [p / q - 1 for p, q in zip(plains, lits)]
     fractions = [q * flops_per_example / k for q, k in zip(lits, peaks)]
-    overhead, fraction, med = statistics.median(overheads), statistics.median(fractions), statistics.median
+    overhead, fraction, med = harness.median(overheads), harness.median(fractions), harness.median
 
     def spread(values, scale=100.0):
         return f"({min(values) * scale:.1f} to {max(values) * scale:.1f} per round)"
@@ -232,25 +233,20 @@ def main() -> None:
         ("(c) fraction of peak", f"{fraction * 100:.1f}% {spread(fractions)}", ">= 60%",
          "yes" if fraction >= 0.6 else "no"),
     ]
-    table = ["| measurement | value | target | met |", "|---|---|---|---|"]
+    table = [f"Data: {source}. Batch size {args.batch_size}, {args.steps} timed steps after {args.warmup} warm-up "
+             f"steps, {args.rounds} rounds; MLP1 = n=5, m=60, h=50, direct, full softmax, Adam. Matmul FLOPs per "
+             f"training example: {flops_per_example / 1e6:.1f} M.", "",
+             "| measurement | value | target | met |", "|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    data = {"loader_examples_per_s": rate_loader, **measured, "flops_per_example": flops_per_example}
     if args.ablation_rounds:
         table += ["", f"Ablation, the plain loop ({args.ablation_rounds} interleaved rounds): the gradients by hand "
                   "(`nplm.fast.backprop`, else autograd and `optimizer.step()`), the output layer's CPU path "
                   "(`nplm.fast.cpu_gemm`) and malloc keeping large buffers (`nplm.fast.malloc`), off in turn; a "
                   "fresh process per measurement.", ""]
-        table += ablation(args)
-    header = (f"{stamp()}\n\nData: {source}. Batch size {args.batch_size}, "
-              f"{args.steps} timed steps after {args.warmup} warm-up steps, {args.rounds} rounds; MLP1 = n=5, m=60, h=50, direct, "
-              f"full softmax, Adam. Matmul FLOPs per training example: {flops_per_example / 1e6:.1f} M.")
-    print(header)
-    print("\n".join(table))
-    if args.write_readme:
-        readme = HERE / "README.md"
-        text = readme.read_text() if readme.exists() else ""
-        marker = "<!-- results -->"
-        head = text.split(marker)[0] if marker in text else text
-        readme.write_text(head + marker + "\n" + header + "\n\n" + "\n".join(table) + "\n")
+        rows, data["ablation"] = ablation(args)
+        table += rows
+    harness.write_result("bench", table, data, args.out)
 
 
 if __name__ == "__main__":

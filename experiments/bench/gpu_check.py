@@ -1,12 +1,12 @@
 """GPU readiness check of every model x head: the tests with CUDA, then short `nplm-train` runs with
-`torch.cuda.set_sync_debug_mode("error")` active in every training step (NPLM_SYNC_DEBUG=1).
+`torch.cuda.set_sync_debug_mode("error")` active in every training step (`sync_debug=true`).
 
 Run on a CUDA machine from the repository root (needs hydra-core, omegaconf and wandb besides torch,
 Lightning and pytest):
 
     python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
                                            [--graphs on|off|both] [--models nplm,lbl,modern]
-                                           [--out experiments/bench/gpu_check.md --commit SHA] [--dry-run]
+                                           [--out experiments/bench/results] [--dry-run]
 
 (All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
 `--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
@@ -22,7 +22,7 @@ Lightning and pytest):
    Tiny Shakespeare characters with trainer=gpu (the NPLM as experiment=tinyshakespeare_char, the LBL
    with a context of 10 and width 64, the modern NPLM as experiment=sun2021/tinyshakespeare_char; its
    output vectors tied to the input table where the head has one per word), `--steps` training batches
-   and 20 validation batches, NPLM_SYNC_DEBUG=1 (a host-device sync in forward, backward or the
+   and 20 validation batches, `sync_debug=true` (a host-device sync in forward, backward or the
    optimizer update raises; validation and the every-50-steps log are outside the checked region).
    With `--graphs on` (the default) every run trains with cuda_graphs=true and must have replayed its
    captured step (`train/graph_steps` > 0: a capture that fails, or a configuration that cannot be
@@ -30,17 +30,16 @@ Lightning and pytest):
 
 `--dry-run` composes every run's config and prints the runs, without a GPU (a check of the script).
 
-Prints one summary table (status, train/val perplexity, training tokens/s) and exits 1 if any failed.
+Prints one summary table (status, train/val perplexity, training tokens/s), writes it to
+<out>/<card>/gpu_check.json (harness.write_result) and exits 1 if any failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import logging
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,10 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402  (puts the repository's src/ on sys.path)
+
+REPO = harness.REPO
 HEADS = {
     "softmax": ["head=softmax"],
     "hierarchical (Morin-Bengio)": ["head=hierarchical"],
@@ -100,6 +102,7 @@ def run_config(overrides: list[str], precision: str, compile_: bool, graphs: boo
     from nplm.config import CONF_DIR
 
     overrides = [*overrides, "trainer=gpu", f"trainer.precision={precision}", f"compile={str(compile_).lower()}",
+                 "sync_debug=true",
                  f"cuda_graphs={str(graphs).lower()}", "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
                  "trainer.limit_val_batches=20", "trainer.enable_progress_bar=false", "logger=none",
                  f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data"]
@@ -121,24 +124,21 @@ def train_run(overrides: list[str], precision: str, compile_: bool, graphs: bool
         return metrics
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="training batches per run (default 300)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compile=true runs")
     parser.add_argument("--compile-only", action="store_true", help="only the compile=true runs")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
-    parser.add_argument("--out", type=Path, default=None, help="also write the summary there (gpu_check.md)")
-    parser.add_argument("--commit", default="unknown", help="the git commit checked (the GPU copy may have no .git)")
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
     parser.add_argument("--graphs", choices=("on", "off", "both"), default="on",
                         help="cuda_graphs=true (each run must replay its captured step), false, or both")
     parser.add_argument("--dry-run", action="store_true", help="compose every run's config and list the runs; no GPU")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     models = args.models.split(",")
     if unknown := sorted(set(models) - set(MODELS)):
         sys.exit(f"gpu_check: --models {','.join(unknown)}: unknown; models are {', '.join(MODELS)}")
-    sys.path.insert(0, str(REPO / "src"))
-    os.environ["NPLM_SYNC_DEBUG"] = "1"
     os.environ.setdefault("WANDB_MODE", "offline")
     import torch
 
@@ -175,29 +175,15 @@ def main() -> None:
             row = f"{where} FAILED: {type(err).__name__}: {str(err)[:120]} | | | | | |"
         print(row, flush=True)
         rows.append(row)
-    text = summary(args.steps, rows, "skipped" if args.skip_tests else "passed" if tests_rc == 0
-                   else f"FAILED (exit {tests_rc})", failed, args.commit)
-    print("\n" + text)
-    if args.out:
-        args.out.write_text(text)
+    tests = "skipped" if args.skip_tests else "passed" if tests_rc == 0 else f"FAILED (exit {tests_rc})"
+    table = [f"pytest (the CUDA tests and the head tests): {tests}; runs failed: {failed} of {len(rows)}.", "",
+             f"nplm-train, {args.steps} steps, `sync_debug=true` (sync debug mode 'error' in every step after the "
+             "first); "
+             "graph steps: the training batches that replayed the captured step (cuda_graphs=true).", "",
+             "| model | head | precision | compile | cuda_graphs | status | graph steps | train ppl | val ppl | "
+             "train tokens/s | wall s |", "|---|---|---|---|---|---|---:|---:|---:|---:|---:|", *rows]
+    harness.write_result("gpu_check", table, {"tests": tests, "failed": failed, "runs": len(rows)}, args.out, "cuda")
     sys.exit(1 if failed or tests_rc else 0)
-
-
-def summary(steps: int, rows: list[str], tests: str, failed: int, commit: str) -> str:
-    """gpu_check.md: what ran, where, and the table of runs."""
-    import torch
-
-    return "\n".join([
-        "# GPU readiness check", "",
-        f"Written by `python3 experiments/bench/gpu_check.py {' '.join(sys.argv[1:])}` on "
-        f"{datetime.date.today().isoformat()}, commit {commit}: {torch.cuda.get_device_name()}, torch "
-        f"{torch.__version__} (CUDA {torch.version.cuda}), {platform.platform()}.", "",
-        f"pytest (the CUDA tests and the head tests): {tests}; runs failed: {failed} of {len(rows)}.", "",
-        f"## nplm-train, {steps} steps, NPLM_SYNC_DEBUG=1 (sync debug mode 'error' in every step after the first)", "",
-        "graph steps: the training batches that replayed the captured step (cuda_graphs=true).", "",
-        "| model | head | precision | compile | cuda_graphs | status | graph steps | train ppl | val ppl | "
-        "train tokens/s | wall s |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|", *rows, ""])
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
-"""Where nplm-train's time goes between the captured steps: torch.profiler over Lightning steps of a real run.
+"""Where nplm-train's time goes: torch.profiler over Lightning steps of a real run.
 
-gpu_profile.py profiles the plain step; this profiles nplm-train itself (Lightning, the loader, the captured
-step's replays, the schedules, the moving average), over `--groups` Lightning steps (each `steps_per_execution`
-optimizer steps) of its second epoch, and says per optimizer step: the wall time, the time the device was
-busy (the union of its kernels' intervals), the kernels launched outside the captured graph and the host
-waits on the device (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize`, synchronous
-copies). Busy well below wall: the card waits for the host; kernels outside the graph: work the plain loop
-does not have. `experiment=sun2021/brown` on gpu_step.py's synthetic corpus (|V| = 10,000), bf16-mixed.
+It profiles nplm-train itself (Lightning, the loader, the captured step's replays, the schedules, the moving
+average) over `--groups` Lightning steps (each `steps_per_execution` optimizer steps) of its second epoch, and
+says per optimizer step: the wall time, the time the device was busy (the union of its kernels' intervals),
+the kernels a step and the host waits on the device (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
+`cudaEventSynchronize`, synchronous copies); then the top kernels by device time (where the step's GPU time
+goes) and the host operators by CPU time. Busy well below wall: the card waits for the host. One of gpu_step.py's
+shapes (`--shape brown`: `experiment=sun2021/brown`, |V| = 10,000; `wikitext103`: the WikiText-103 recipe,
+|V| = 267,735) on its synthetic corpus, bf16-mixed; `--compile`: compile=true (inductor's fused kernels);
+`--eager`: cuda_graphs=false (each kernel launched by the host).
 
-    python3 experiments/bench/gpu_profile_train.py [--batch 256] [--groups 20] [--compile] [--watch 4]
-                                                   [--reference] [--device cuda|cpu]
+    python3 experiments/bench/gpu_profile_train.py [--shape brown] [--batch 256] [--groups 20] [--compile] [--eager]
+                                                   [--watch 4] [--reference] [--device cuda|cpu] [--out DIR] [--dry-run]
 
 After the profile, `--watch` more Lightning steps run under torch's sync debug mode ("warn"): every host-device
 sync torch knows of (a read of a device tensor, a synchronous copy, a stream synchronize) anywhere in the
@@ -19,14 +21,14 @@ profile counts is found without another session. `--reference` then profiles the
 and lists, per step, the kernels nplm-train runs that the loop does not, and the reverse: the device-side
 work nplm-train adds.
 
-`--device cpu` checks the script on a CPU (the captured step's dry mode, CPU operators only; no sync watch
-and no reference there).
+`--device cpu` checks the script on a CPU (the captured step's dry mode, `capture_dry=true`, CPU operators only;
+no sync watch and no reference there); `--dry-run` composes and checks the run's config only. `--out`: also
+write <out>/<machine>/gpu_profile_train.json (harness).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import traceback
@@ -43,6 +45,7 @@ from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import gpu_step  # noqa: E402  (puts the repo's src/ on sys.path)
+import harness  # noqa: E402
 from nplm.training.train import train  # noqa: E402
 
 WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
@@ -154,8 +157,9 @@ def busy_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def report(prof, steps: int, device: str) -> list[str]:
-    """The per-step summary of a finished profile of `steps` optimizer steps."""
+def report(prof, steps: int, device: str, rows: int = 25) -> list[str]:
+    """The per-step summary of a finished profile of `steps` optimizer steps, then the top `rows` kernels by
+    device time (on CUDA) and host operators by CPU time."""
     events = prof.events()
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
     wall = (max(e.time_range.end for e in cpu) - min(e.time_range.start for e in cpu))  # us
@@ -175,8 +179,13 @@ def report(prof, steps: int, device: str) -> list[str]:
         waits = [e for e in cpu if e.name in WAITS or e.name.endswith("Synchronize")]
         lines.append(f"host waits on the device: {len(waits)} in {steps} steps, "
                      f"{sum(e.cpu_time_total for e in waits) / steps:.1f} us a step")
-    ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60)
-    return lines + ["", "host operators by self CPU time:", ops]
+    averages = prof.key_averages()
+    tables = []
+    if device == "cuda":
+        tables = ["", "kernels by self CUDA time:",
+                  averages.table(sort_by="self_cuda_time_total", row_limit=rows, max_name_column_width=60)]
+    ops = averages.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60)
+    return lines + tables + ["", "host operators by self CPU time:", ops]
 
 
 def kernel_counts(prof) -> tuple[Counter, Counter]:
@@ -204,7 +213,7 @@ def kernel_diff(ours: tuple[Counter, Counter], steps: int, theirs: tuple[Counter
     return lines
 
 
-def profile_reference(cfg, batch: int, steps: int, compiled: bool):
+def profile_reference(cfg, shape: str, batch: int, steps: int, compiled: bool):
     """(profile, result) of the plain captured loop (gpu_step.reference_loop) over `steps` replays."""
     profiled = {}
 
@@ -216,48 +225,70 @@ def profile_reference(cfg, batch: int, steps: int, compiled: bool):
 
     compile_ = (lambda f: torch.compile(f, fullgraph=True)) if compiled else None
     torch._dynamo.reset()
-    result = gpu_step.reference_loop(cfg, "brown", batch, gpu_step.SHAPES["brown"]["vocab"], steps,
+    result = gpu_step.reference_loop(cfg, shape, batch, gpu_step.SHAPES[shape]["vocab"], steps,
                                      compile_=compile_, around=around)
     return profiled["prof"], result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--shape", default="brown", choices=sorted(gpu_step.SHAPES))
+    parser.add_argument("--batch", type=int, default=None, help="default: the shape's first batch size")
     parser.add_argument("--groups", type=int, default=20, help="Lightning steps profiled")
     parser.add_argument("--compile", action="store_true", help="compile=true (inductor's step, captured)")
+    parser.add_argument("--eager", action="store_true", help="cuda_graphs=false: the step uncaptured")
     parser.add_argument("--watch", type=int, default=4, help="Lightning steps under the sync watch after the profile")
     parser.add_argument("--reference", action="store_true", help="profile the plain captured loop too, and compare")
+    parser.add_argument("--rows", type=int, default=25, help="rows of the kernel and operator tables")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
+    parser.add_argument("--out", type=Path, default=None, help="also write <out>/<machine>/gpu_profile_train.json")
+    parser.add_argument("--dry-run", action="store_true", help="compose and check the run's config; no GPU, no run")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available() and not args.dry_run:
         sys.exit("gpu_profile_train: no CUDA device (--device cpu checks the script)")
+    spec = gpu_step.SHAPES[args.shape]
+    batch = args.batch or spec["batches"][0]
+    row_tokens = 512 if args.shape == "wikitext103" else 1
     callback = ProfileGroups(args.groups, args.device, args.watch)
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = gpu_step.write_corpus(Path(tmp), 10_000, 400_000)
+        corpus = {"train": f"{tmp}/train.txt", "valid": f"{tmp}/valid.txt"}
         batches = max(4 * (args.groups + args.watch) * 16, 200)
-        cfg = gpu_step.compose("brown", args.batch, True, args.compile, corpus, tmp, batches)
-        if args.device == "cpu":  # the script's check: the dry captured step, a small model, on the CPU
-            os.environ["NPLM_CAPTURE_DRY"] = "1"
+        extra = ["capture_dry=true"] if args.device == "cpu" else []  # the script's check: the dry captured step
+        cfg = gpu_step.compose(args.shape, batch, not args.eager, args.compile, corpus, tmp, batches, extra)
+        if args.device == "cpu":  # on the CPU, a small model
             cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices = "cpu", "32-true", 1
             cfg.model.embed_dim, cfg.model.hidden_dim = 8, 16
+        if args.dry_run:
+            gpu_step.check(cfg)
+            print(f"gpu_profile_train: {args.shape} batch {batch}: config composed (--dry-run: nothing profiled)")
+            return
+        # an epoch of the profiled and watched Lightning steps and a few more
+        tokens = (args.groups + args.watch + 3) * cfg.steps_per_execution * batch * row_tokens
+        gpu_step.write_corpus(Path(tmp), spec["vocab"], max(tokens, 400_000))
         metrics = train(cfg, callbacks=[callback])
         if callback.prof is None or not callback.optimizer_steps:
             sys.exit("gpu_profile_train: nothing profiled (too few batches in the second epoch?)")
         name = torch.cuda.get_device_name() if args.device == "cuda" else "the CPU"
-        print(f"nplm-train brown batch {args.batch}{' compile=true' if args.compile else ''} on {name}: "
-              f"{metrics['train/tokens_per_s']:,.0f} tokens/s over its second epoch, {metrics.get('train/graph_steps')} "
-              "graph steps")
-        lines = report(callback.prof, callback.optimizer_steps, args.device)
+        how = " compile=true" if args.compile else ""
+        how += " cuda_graphs=false" if args.eager else ""
+        lines = [f"nplm-train {args.shape} batch {batch}{how} on {name}: {metrics['train/tokens_per_s']:,.0f} tokens/s "
+                 f"over its second epoch, {metrics.get('train/graph_steps')} graph steps"]
+        lines += report(callback.prof, callback.optimizer_steps, args.device, args.rows)
         if callback.syncs is not None:
-            lines[1:1] = callback.syncs.lines(callback.watched, callback.watched_steps)
+            lines[2:2] = callback.syncs.lines(callback.watched, callback.watched_steps)
         if args.reference and args.device == "cuda":
-            prof, result = profile_reference(cfg, args.batch, callback.optimizer_steps, args.compile)
+            prof, result = profile_reference(cfg, args.shape, batch, callback.optimizer_steps, args.compile)
             steps = callback.optimizer_steps
-            lines[1:1] = [f"the plain captured loop, {steps} steps: {result['step_ms'] * 1e3:.1f} us a step unprofiled; "
+            lines[2:2] = [f"the plain captured loop, {steps} steps: {result['step_ms'] * 1e3:.1f} us a step "
+                          "unprofiled; "
                           "profiled: " + "; ".join(report(prof, steps, "cuda")[:2]),
                           *kernel_diff(kernel_counts(callback.prof), steps, kernel_counts(prof), steps)]
-    print("\n".join(lines))
+    if args.out is None:
+        print("\n".join(lines))
+        return
+    table = ["```text", *"\n".join(lines).splitlines(), "```"]
+    data = {"tokens_per_s": metrics["train/tokens_per_s"], "optimizer_steps": callback.optimizer_steps}
+    harness.write_result("gpu_profile_train", table, data, args.out, args.device)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ torch's fused capturable AdamW, one torch.cuda.graph of forward + backward + cli
 copied into its static inputs), all bf16-mixed.
 
     python3 experiments/bench/gpu_step.py [--shapes brown,wikitext103] [--batches 256,1024,4096] [--out DIR]
-                                          [--compile] [--paths eager,captured,...] [--dry-run]
+                                          [--paths eager,captured,...] [--dry-run]
 
 Shapes (synthetic corpora made on the fly, Zipfian words, text_files):
 - brown: `experiment=sun2021/brown` (the modern NPLM, context 32, window 8, 4 blocks of 256/1,024, tied
@@ -20,7 +20,7 @@ once, such as drawing its order, is spread as in a run); the eager run, 5-10x sl
 tokens of it (at most 300 batches). MFU is `train/mfu` (the reference's from the same FLOPs
 per token); peak memory is torch.cuda.max_memory_allocated over the run; the projection is 2.05e9
 training tokens (Sun & Iyyer's WikiText-103 budget, 200,000 steps of 10,240) at that rate. Writes
-gpu_step.json and gpu_step.md into --out (experiments/bench/results), naming the card and the commit.
+<out>/<card>/gpu_step.json (harness.write_result; out: experiments/bench/results) after every row.
 `--dry-run` composes and checks every config and builds the reference loop's model on the CPU (no GPU needed).
 """
 
@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402  (puts the repository's src/ on sys.path)
 
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -49,14 +46,15 @@ SHAPES = {
     "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
                     "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
 }
-# name, cuda_graphs, compile, compile mode. compiled: inductor's step captured by nplm (cuda_graphs); reduce-overhead:
-# torch.compile's own CUDA graphs; s64 and head-all: compiled, with their OVERRIDES
-PATHS = [("eager", False, False, None), ("captured", True, False, None), ("compiled", True, True, None),
-         ("compiled-reduce-overhead", True, True, "reduce-overhead"), ("compiled-s64", True, True, None),
-         ("compiled-head-all", True, True, None)]
-# a path's config keys beside the shape's: 64 batches a Lightning step (the recipe's 16: Lightning's cost per step
-# is paid once per that many batches), the adaptive head's every-cluster loss
-OVERRIDES = {"compiled-s64": {"steps_per_execution": 64}, "compiled-head-all": {"head.training_path": "all"}}
+# name, cuda_graphs, compile. compiled: inductor's step captured by nplm (cuda_graphs); the others: compiled, with
+# their OVERRIDES
+PATHS = [("eager", False, False), ("captured", True, False), ("compiled", True, True),
+         ("compiled-reduce-overhead", True, True), ("compiled-s64", True, True), ("compiled-head-all", True, True)]
+# a path's config overrides beside the shape's: torch.compile's own CUDA graphs (its reduce-overhead mode), 64
+# batches a Lightning step (the recipe's 16: Lightning's cost per step is paid once per that many batches), the
+# adaptive head's every-cluster loss
+OVERRIDES = {"compiled-reduce-overhead": ["compile_mode=reduce-overhead"], "compiled-s64": ["steps_per_execution=64"],
+             "compiled-head-all": ["head.training_path=all"]}
 EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this / tokens per batch, 20 to 300)
 
 
@@ -87,7 +85,9 @@ def write_corpus(folder: Path, vocab: int, tokens: int, seed: int = 0) -> dict[s
     return paths
 
 
-def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, tmp: str, steps: int):
+def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, tmp: str, steps: int,
+            extra: list[str] = ()):
+    """nplm-train's config of a run at `shape` and `batch` on `corpus`, writing under `tmp`; `extra`: more overrides."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
     from nplm.config import CONF_DIR
@@ -97,9 +97,17 @@ def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, 
                  "trainer.precision=bf16-mixed", f"cuda_graphs={str(graphs).lower()}", f"compile={str(compile_).lower()}",
                  "trainer.max_epochs=2", f"trainer.limit_train_batches={steps}", "trainer.limit_val_batches=2",
                  "callbacks.early_stopping_patience=null", "trainer.enable_progress_bar=false", "logger=none",
-                 f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}-{compile_}", f"paths.data_dir={tmp}/data-{shape}"]
+                 f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}-{compile_}", f"paths.data_dir={tmp}/data-{shape}",
+                 *extra]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name="train", overrides=overrides)
+
+
+def check(cfg) -> None:
+    """nplm-train's own check of a run's config, on this CPU (a dry run): a bad key or value fails here."""
+    from nplm.config.schema import validate
+
+    validate(OmegaConf.merge(cfg, {"trainer": {"accelerator": "cpu", "devices": 1}}))
 
 
 def nplm_train(cfg) -> dict:
@@ -124,15 +132,12 @@ def reference_model(cfg, vocab: int, device: str):
     return LanguageModel(plain(cfg.model), plain(cfg.head), plain(cfg.optimizer), words).to(device).train()
 
 
-def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None, prepare=None,
+def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_=None,
                    around=contextlib.nullcontext) -> dict:
     """The plain captured loop: static inputs, warm-up on a side stream, one graph of the whole step.
-    `compile_`: a function that compiles the loss before the warm-up (gpu_compile_capture.py); `prepare`:
-    a function of the LanguageModel called before it (a variant's change to the model or head); `around`:
+    `compile_`: a function that compiles the loss before the warm-up (gpu_profile_train.py --compile); `around`:
     a context manager factory entered around the timed replays (gpu_profile_train.py's profiler)."""
     lm = reference_model(cfg, vocab, "cuda")
-    if prepare is not None:
-        prepare(lm)
     loss_of = compile_(lm._train_loss) if compile_ else lm._train_loss
     k, block = cfg.model.context_size, cfg.data.get("block_size")
     opt = torch.optim.AdamW(lm.parameters(), lr=torch.tensor(float(cfg.optimizer.lr), device="cuda"),
@@ -185,27 +190,23 @@ def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_
             "step_ms": 1e3 * seconds / steps}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}")
     parser.add_argument("--batches", default=None, help="brown's batch sizes (default 256,1024,4096)")
-    parser.add_argument("--compile", action="store_true",
-                        help="nplm-train with compile=true too (inductor), in torch.compile's default mode (nplm's "
-                             "capture is off with it on CUDA) and in its reduce-overhead mode (env NPLM_COMPILE_MODE)")
-    parser.add_argument("--paths", default=None, help="comma-separated nplm-train paths, of: "
-                        + ", ".join(name for name, *_ in PATHS) + " (default: eager,captured; with --compile all)")
-    parser.add_argument("--out", type=Path, default=REPO / "experiments" / "bench" / "results")
+    parser.add_argument("--paths", default="eager,captured", help="comma-separated nplm-train paths, of: "
+                        + ", ".join(name for name, *_ in PATHS) + " (default: eager,captured)")
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
     parser.add_argument("--dry-run", action="store_true", help="compose the configs, build the model; no GPU")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
     if unknown := sorted(set(shapes) - set(SHAPES)):
         sys.exit(f"gpu_step: --shapes {','.join(unknown)}: unknown; shapes are {', '.join(SHAPES)}")
     names = [name for name, *_ in PATHS]
-    paths = args.paths.split(",") if args.paths else names[: 4 if args.compile else 2]
+    paths = args.paths.split(",")
     if unknown := sorted(set(paths) - set(names)):
         sys.exit(f"gpu_step: --paths {','.join(unknown)}: unknown; paths are {', '.join(names)}")
-    if args.batches:
-        SHAPES["brown"]["batches"] = tuple(int(b) for b in args.batches.split(","))
+    batches = {"brown": tuple(int(b) for b in args.batches.split(","))} if args.batches else {}
     os.environ.setdefault("WANDB_MODE", "disabled")
     if not args.dry_run and not torch.cuda.is_available():
         sys.exit("gpu_step: no CUDA device (--dry-run checks the script without one)")
@@ -217,23 +218,17 @@ def main() -> None:
             if not args.dry_run:
                 (Path(tmp) / shape).mkdir()
                 corpus = write_corpus(Path(tmp) / shape, spec["vocab"], spec["train_tokens"])
-            for batch in spec["batches"]:
+            for batch in batches.get(shape, spec["batches"]):
                 steps = steps_for(shape, batch, whole=True)
                 row = {"shape": shape, "vocab": spec["vocab"], "batch": batch, "steps": steps,
                        "eager_steps": steps_for(shape, batch, whole=False)}
-                for name, graphs, compile_, mode in [p for p in PATHS if p[0] in paths]:
-                    cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"])
+                for name, graphs, compile_ in [p for p in PATHS if p[0] in paths]:
+                    cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"],
+                                  OVERRIDES.get(name, []))
                     cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"  # (nplm-train skips a finished run)
-                    for key, value in OVERRIDES.get(name, {}).items():
-                        OmegaConf.update(cfg, key, value)
-                    if args.dry_run:  # nplm-train's own check of the config (on this CPU): a bad key fails here
-                        from nplm.config.schema import validate
-
-                        validate(OmegaConf.merge(cfg, {"trainer": {"accelerator": "cpu", "devices": 1}}))
+                    if args.dry_run:
+                        check(cfg)
                         continue
-                    os.environ.pop("NPLM_COMPILE_MODE", None)
-                    if mode:  # nplm.training.module.LanguageModel.compile_training_step
-                        os.environ["NPLM_COMPILE_MODE"] = mode
                     try:
                         row[name] = nplm_train(cfg)
                     except Exception as err:  # noqa: BLE001 - the table names it
@@ -251,35 +246,17 @@ def main() -> None:
                 if "tokens_per_s" in ref and captured.get("flops_per_token") and captured.get("peak_flops"):
                     ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
                 print(shape, batch, "reference", ref, flush=True)
-                rows.append(row)
-                write(rows, args.out)  # after every row, so a run cut short keeps what it measured
+                rows.append(row)  # written after every row, so a run cut short keeps what it measured
+                harness.write_result("gpu_step", table(rows), {"rows": rows}, args.out, device="cuda")
     if args.dry_run:
         print("gpu_step: --dry-run done (nothing measured)")
-        return
-    print("\n".join(table(rows)))
-
-
-def write(rows: list[dict], out: Path) -> None:
-    """gpu_step.json (every figure) and gpu_step.md (the table) in out."""
-    from nplm.tracking.records import git_commit
-
-    out.mkdir(parents=True, exist_ok=True)
-    card = torch.cuda.get_device_name()
-    (out / "gpu_step.json").write_text(json.dumps({"card": card, "commit": git_commit(), "rows": rows}, indent=1))
-    (out / "gpu_step.md").write_text("\n".join(table(rows)) + "\n")
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The markdown table of rows, headed by the card, the machine and the commit."""
-    from provenance import stamp
-
-    from nplm.tracking.records import git_commit
-
-    card = torch.cuda.get_device_name()
-    lines = [f"# The training step on {card}", "", stamp() + f" (commit {git_commit()})", "",
-             "bf16-mixed. tokens/s: nplm-train's second epoch (steps: its batches), or the reference loop's replays; "
-             "time: 2.05e9 training tokens at that rate; captured / reference: nplm-train's captured rate as a "
-             "fraction of the plain captured loop's (the target: 0.85 or more).", "",
+    """The markdown table of rows (gpu_step.json's `data.rows`)."""
+    lines = ["bf16-mixed. tokens/s: nplm-train's second epoch (steps: its batches), or the reference loop's replays; "
+             "time: 2.05e9 training tokens at that rate; of the reference: the rate as a fraction of the plain "
+             "captured loop's.", "",
              "| shape | batch | path | steps | tokens/s | MFU | peak GiB | graph steps | hours for 2.05e9 tokens | "
              "of the reference |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
@@ -295,9 +272,11 @@ def table(rows: list[dict]) -> list[str]:
             mfu = f"{m['mfu']:.3f}" if m.get("mfu") is not None else ""
             share = f"{rate / ref:.2f}" if ref else ""
             steps = row.get("eager_steps", row["steps"]) if name == "eager" else row["steps"]
-            lines.append(f"| {row['shape']} | {row['batch']} | {name} | {steps} | {rate:,.0f} | {mfu} | {m['peak_gib']:.2f} | "
-                         f"{m.get('graph_steps') or ''} | {BUDGET_TOKENS / rate / 3600:,.1f} | {share} |")
+            graph_steps = f"{m['graph_steps']:.0f}" if m.get("graph_steps") else ""
+            lines.append(f"| {row['shape']} | {row['batch']} | {name} | {steps} | {rate:,.0f} | {mfu} | "
+                         f"{m['peak_gib']:.2f} | {graph_steps} | {BUDGET_TOKENS / rate / 3600:,.1f} | {share} |")
     return lines
+
 
 if __name__ == "__main__":
     main()

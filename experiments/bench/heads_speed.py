@@ -10,17 +10,23 @@ tanh(d + Hx)), V = 17,905, batch B = 256:
 each also as a ratio to the softmax head's. Targets are drawn from synthetic Zipfian counts
 (count(r) ~ 1/r, about 1M tokens, word ids shuffled so they are not in frequency order).
 
-    OMP_NUM_THREADS=1 python experiments/bench/heads_speed.py [--steps 10] [--threads N]
+    OMP_NUM_THREADS=1 python experiments/bench/heads_speed.py [--steps 10] [--threads N] [--out experiments/bench/results]
+
+Writes results/<machine>/heads_speed.json (harness.write_result).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
-from provenance import stamp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 from nplm.heads import Head, build_head
 from nplm.fast.malloc import keep_freed_memory
@@ -94,13 +100,14 @@ def describe(name: str, head: Head) -> str:
     return ""
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per measurement (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every measurement, the best kept (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # as nplm-train with malloc_keep_freed=true (nplm.fast.malloc)
@@ -123,16 +130,17 @@ def main() -> None:
     rows = {name: (describe(name, head), sum(p.numel() for p in head.parameters()), *best[name])
             for name, head in heads.items()}
 
-    print(stamp() + "\n")
-    print(f"V={V:,}, F={F}, B={B}, Zipfian targets; {args.steps} timed steps after {args.warmup} warm-up, "
-          f"best of {args.rounds} interleaved rounds (log_probs: fastest of 5 calls per round)")
-    print("| head | options | parameters | train ex/s (loss fwd+bwd + Adam) | vs softmax "
-          "| loss fwd+bwd ex/s | vs softmax | log_probs [B, V] ms | vs softmax |")
-    print("|---|---|---|---|---|---|---|---|---|")
     _, _, train0, fb0, lp0 = rows["softmax"]
+    table = [f"V={V:,}, F={F}, B={B}, Zipfian targets; {args.steps} timed steps after {args.warmup} warm-up, "
+             f"best of {args.rounds} interleaved rounds (log_probs: fastest of 5 calls per round)", "",
+             "| head | options | parameters | train ex/s (loss fwd+bwd + Adam) | vs softmax "
+             "| loss fwd+bwd ex/s | vs softmax | log_probs [B, V] ms | vs softmax |", "|---|---|---|---|---|---|---|---|---|"]
     for name, (options, params, train, fwd_bwd, lp) in rows.items():
-        print(f"| {name} | {options} | {params:,} | {train:,.0f} | {train / train0:.2f}x | {fwd_bwd:,.0f} | "
-              f"{fwd_bwd / fb0:.2f}x | {lp * 1e3:.1f} | {lp / lp0:.2f}x |")
+        table.append(f"| {name} | {options} | {params:,} | {train:,.0f} | {train / train0:.2f}x | {fwd_bwd:,.0f} | "
+                     f"{fwd_bwd / fb0:.2f}x | {lp * 1e3:.1f} | {lp / lp0:.2f}x |")
+    data = {name: {"train_examples_per_s": r[2], "loss_examples_per_s": r[3], "log_probs_s": r[4]}
+            for name, r in rows.items()}
+    harness.write_result("heads_speed", table, data, args.out)
 
 
 if __name__ == "__main__":

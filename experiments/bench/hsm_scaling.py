@@ -2,10 +2,11 @@
 
 For |V| from 1k to 256k words (synthetic Zipfian targets), one full training step of the NPLM with
 MLP1's shape (n=5, m=60, h=50, direct; F = 290 features) and either head: forward, backward and a
-fused Adam step over all parameters, batch 256, both measured side by side in one run. Writes a
-Markdown table and a PNG plot next to this file.
+fused Adam step over all parameters, batch 256, both measured side by side in one run. Writes
+results/<machine>/hsm_scaling.json (harness.write_result) and a PNG plot beside it.
 
     python experiments/bench/hsm_scaling.py [--sizes 1000,4000,16000,64000,256000] [--threads 2] [--rounds 3]
+                                            [--out experiments/bench/results]
 
 Morin & Bengio (2005) expect the speed-up to grow like |V| / log2 |V| in the output layer; the
 embedding table C and its optimizer update (O(|V| m) per step with dense Adam) and the hidden layer
@@ -15,13 +16,16 @@ are the same for both heads, so the whole step's speed-up grows more slowly.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from provenance import stamp
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 from nplm.fast import backprop
 from nplm.heads import build_head
@@ -31,7 +35,6 @@ from nplm.optimizers import build_optimizer
 from nplm.optimizers.lazy import step_without_profiler
 from nplm.trees.tree import Tree, balanced_nested
 
-HERE = Path(__file__).resolve().parent
 MLP1 = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
 B = 256
 
@@ -56,14 +59,15 @@ def step_rate(V: int, head_cfg: dict, steps: int, warmup: int, sparse: bool) -> 
     return B * steps / (time.perf_counter() - start)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,4000,16000,17905,64000,256000", help="vocabulary sizes")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (default 8)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions, best kept (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # as nplm-train with malloc_keep_freed=true (nplm.fast.malloc)
@@ -82,7 +86,7 @@ def main() -> None:
         rows.append((V, rates))
         print(V, {f"{k[0]}{' sparse C' if k[1] else ''}": round(v) for k, v in rates.items()}, flush=True)
 
-    lines = [stamp(), "", f"Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}, best of {args.rounds} interleaved rounds.",
+    lines = [f"Batch {B}, MLP1 shape, fused Adam, {args.steps} timed steps after {args.warmup}, best of {args.rounds} interleaved rounds.",
              "Dense C: Adam updates the whole embedding table every step (`model.sparse_embeddings=false`, the "
              "default); sparse C: only the batch's rows (`model.sparse_embeddings=true`, lazy Adam).", "",
              "| words | C | softmax ex/s | hierarchical (Morin-Bengio nodes) ex/s | speed-up | "
@@ -92,9 +96,10 @@ def main() -> None:
             soft, mb, lg = (r[name, sparse] for name in heads)
             lines.append(f"| {V:,} | {'sparse' if sparse else 'dense'} | {soft:,.0f} | {mb:,.0f} | {mb / soft:.1f}x | "
                          f"{lg:,.0f} | {lg / soft:.1f}x |")
-    table = "\n".join(lines) + "\n"
-    print(table)
-    (HERE / "hsm_scaling.md").write_text(table)
+    lines += ["", f"![speed-up](results/{harness.machine_name()}/hsm_scaling.png)"]  # (from the README)
+    data = [{"words": V, **{f"{name}{', sparse C' if sparse else ''}": rate for (name, sparse), rate in r.items()}}
+            for V, r in rows]
+    path = harness.write_result("hsm_scaling", lines, data, args.out)
 
     import matplotlib
 
@@ -113,7 +118,7 @@ def main() -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(HERE / "hsm_scaling.png", dpi=120)
+    fig.savefig(path.with_suffix(".png"), dpi=120)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ Context 10, m = 32, h = 128, direct connections, batch 128, Adam 1e-3, `--thread
 as glibc sets it (nplm-train's default, `malloc_keep_freed=false`; this model's buffers are small).
 
     python experiments/bench/notebook_vs_trainer.py [--rounds 5] [--steps 3000] [--threads 2] [--compile] [--fallbacks]
+                                                    [--out experiments/bench/results]
+
+Writes results/<machine>/notebook_vs_trainer.json (harness.write_result).
 """
 
 from __future__ import annotations
@@ -34,14 +37,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import statistics
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
-from provenance import stamp
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 K, M, H, BATCH = 10, 32, 128, 128
 MODEL = {"context_size": K, "embed_dim": M, "hidden_dim": H, "direct": True}
@@ -188,7 +194,7 @@ def nplm_train_with(steps: int, warmup: int, threads: int, *names: str) -> float
         return nplm_train(steps, warmup, threads)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of all contenders (default 5)")
     parser.add_argument("--steps", type=int, default=3000, help="timed steps per contender and round")
@@ -196,7 +202,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the notebook's 2)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (compile=true)")
     parser.add_argument("--fallbacks", action="store_true", help="also time nplm-train with its speed paths' fallbacks")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import logging
 
@@ -222,26 +229,27 @@ def main() -> None:
         contenders["nplm-train, LightningOptimizer.step"] = lambda: nplm_train_with(
             args.steps, args.warmup, args.threads, "LIGHTNING_COUNTERS")
         contenders["nplm-train, public APIs only"] = lambda: nplm_train_with(args.steps, args.warmup, args.threads)
-    print(stamp(), flush=True)
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for r in range(args.rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            torch.manual_seed(r)
-            rates[name].append(contenders[name]())
-        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
-    base = rates["notebook"]
-    print()
-    print(f"| training loop (batch {BATCH}, {args.steps} timed steps x {args.rounds} rounds) | examples/s, median "
-          "| vs notebook, median (min-max per round) | vs plain, median (min-max per round) |")
-    print("|---|---:|---:|---:|")
+    print(harness.stamp(), flush=True)
+    rounds: list[str] = []
+
+    def progress(r: int, rates: dict[str, list[float]]) -> None:
+        rounds.append(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()))
+        print(rounds[-1], flush=True)
+
+    rates = harness.alternate(contenders, args.rounds, progress)
+    harness.write_result("notebook_vs_trainer", table(rates, args.steps, args.rounds), {"examples_per_s": rates},
+                         args.out, notes=["```text", *rounds, "```"])
+
+
+def table(rates: dict[str, list[float]], steps: int, rounds: int) -> list[str]:
+    """Each loop's median examples/s and its per-round ratios to the notebook's loop and to the plain loop."""
+    lines = [f"| training loop (batch {BATCH}, {steps} timed steps x {rounds} rounds) | examples/s, median "
+             "| vs notebook, median (min-max per round) | vs plain, median (min-max per round) |",
+             "|---|---:|---:|---:|"]
     for name, v in rates.items():
-        vs_nb = [a / b for a, b in zip(v, base)]
-        vs_plain = [a / b for a, b in zip(v, rates["plain"])]
-        print(f"| {name} | {statistics.median(v):,.0f} | {statistics.median(vs_nb):.2f}x "
-              f"({min(vs_nb):.2f}-{max(vs_nb):.2f}) | {statistics.median(vs_plain):.2f}x "
-              f"({min(vs_plain):.2f}-{max(vs_plain):.2f}) |")
+        lines.append(f"| {name} | {harness.median(v):,.0f} | {harness.ratio(v, rates['notebook'])} | "
+                     f"{harness.ratio(v, rates['plain'])} |")
+    return lines
 
 
 if __name__ == "__main__":
