@@ -43,7 +43,7 @@ def test_the_kn5_is_converted_with_the_rows_own_byte_and_word_counts(monkeypatch
               "metrics": {"val/ppl_best": 20.0, "test/ppl": 30.0, "test/bpb": 2.5, "test/word_ppl": 900.0}}
     scored = {"valid": {"ngram": 25.0}, "test": {"ngram": 36.0}, "tokens": {"valid": 100}}
     monkeypatch.setattr(nplm.inference.mixture, "mix", lambda *a: scored)
-    got = run.row_result("brown-words", record, ["corpus=brown"])
+    got = run.row_result("brown-words", run.Row(["corpus=brown"], max_epochs=8, patience=1), record)
     ratio = math.log(25) / math.log(20)
     assert got["kn5_valid_bpb"] == pytest.approx(2.0 * ratio) and got["kn5_valid_word_ppl"] == pytest.approx(400 ** ratio)
     assert got["kn5_test_bpb"] == pytest.approx(2.5 * math.log(36) / math.log(30))
