@@ -38,7 +38,7 @@ class Row:
     what: str = ""
     max_epochs: int | None = None
     patience: int | None = None
-    measure: Callable[[], dict] | None = None
+    measure: Callable[[int], dict] | None = None  # given the torch threads
     first: Callable[[], list[str]] | None = None
 
 
@@ -75,7 +75,7 @@ class Driver:
             print(f"{name}: done, skipping (--rerun to redo it)", flush=True)
             return
         if row.measure:
-            return self.write(name, row.measure())
+            return self.write(name, row.measure(threads))
         try:
             overrides = [*row.overrides, *(row.first() if row.first else [])]
         except Wait as why:
@@ -100,11 +100,13 @@ class Driver:
             print(f"{name}: {self.said(result)}", flush=True)
 
     # -- the command line -----------------------------------------------------------------------------------
-    def arguments(self, doc: str) -> argparse.ArgumentParser:
-        """The options of every driver: --rows, --threads, --report-only, --rerun, --budget-s, --margin-s, --extra,
-        --results, --runs. A driver adds its own."""
+    def arguments(self, doc: str, rows: str = "") -> argparse.ArgumentParser:
+        """The options of every driver: --rows (`rows`: their help where a driver chooses them its own way),
+        --threads, --report-only, --rerun, --budget-s, --margin-s, --extra, --results, --runs. A driver adds its
+        own."""
         parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(self.rows)} (default all)")
+        parser.add_argument("--rows", default="",
+                            help=rows or f"comma-separated, of: {', '.join(self.rows)} (default all)")
         parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
         parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
         parser.add_argument("--rerun", action="store_true",

@@ -16,22 +16,18 @@ weight (`nplm.inference.mixture`). Each row's result is a small JSON file in exp
 
 from __future__ import annotations
 
-import argparse
-import os
-import time
+import functools
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
+from driver import Driver, Row
 from replication import (DATA_DIR, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
-                         provenance_footnote, provenance_mark, row_marks, run_summary, stopped_by, train_row,
-                         valid_test, write_result)
+                         provenance_footnote, provenance_mark, row_marks, run_summary, stopped_by, valid_test)
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-RESULTS = HERE / "results"
-OUT = ROOT / "outputs" / "bengio2003"
 
 # Table 1 of Bengio et al. (2003): (valid, test) perplexity as published.
 NETWORKS = {  # row: (n, h, m, direct, published alone, published mixed with the trigram, mixed row's name)
@@ -81,79 +77,70 @@ SUN2021_GAIN = 0.05  # issue 27: the modern NPLM at least 5% below the best netw
 CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (corpus=brown_bengio2003, picked by paper.yaml)
 
 
-def count_ngrams(keys: list[str], rerun: bool) -> None:
-    """Fit each missing n-gram row (each chosen one with `rerun`) on train and write its valid/test perplexity."""
+@functools.cache
+def corpus():
+    """The networks' corpus, loaded once per driver run (every n-gram row counts it)."""
+    return corpus_datamodule(CORPUS)
+
+
+def count_ngram(key: str, threads: int = 1) -> dict:
+    """Fit the n-gram row `key` on train; its valid/test perplexity."""
     from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
     from nplm.tracking.records import git_commit
 
-    todo = [k for k in keys if rerun or not (RESULTS / f"ngram-{k}.json").exists()]
-    if not todo:
-        return
-    dm = corpus_datamodule(CORPUS)
-    for key in todo:
-        start = time.perf_counter()
-        if key.startswith("class"):
-            model = class_ngram(int(key[5:]), dm)
-        else:
-            model = build_ngram(key, dm)
-        fit_s = time.perf_counter() - start
-        result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
-                  "git_commit": git_commit(),
-                  "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
-                  "min_count": getattr(model, "min_count", None),
-                  "command": f"python experiments/bengio2003/run.py --rows {key}",
-                  **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
-        if write_result(RESULTS, f"ngram-{key}", result):
-            print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
+    dm, start = corpus(), time.perf_counter()
+    model = class_ngram(int(key[5:]), dm) if key.startswith("class") else build_ngram(key, dm)
+    return {"row": key, "label": NGRAMS[key][0], "fit_s": round(time.perf_counter() - start, 1), "machine": machine(),
+            "git_commit": git_commit(), "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
+            "min_count": getattr(model, "min_count", None),
+            "command": f"python experiments/bengio2003/run.py --rows {key}",
+            **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
 
 
-def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | None = None,
-                  extra: list[str] = ()) -> None:
-    """Train (or resume; with `rerun`, go on from the last checkpoint of a finished run) one network row,
-    then mix it with the interpolated trigram. `lr`: the `converged` recipe's step size for this run;
-    `extra`: overrides that do not change what is trained (trainer=gpu, logger=csv, trainer.max_time)."""
+def network_rows(lrs: list[float]) -> dict[str, tuple[str, str, float | None]]:
+    """Every network row under every recipe: name -> (recipe, row of Table 1, step size). `paper` has no row
+    WIDE; `converged` one run per step size in `lrs` (eps_0 per batch of 128)."""
+    return {f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else ""): (recipe, row, lr)
+            for recipe in RECIPES for row in NETWORKS if not (recipe == "paper" and NETWORKS[row][4] is None)
+            for lr in (lrs if recipe == "converged" else [None])}
+
+
+def rows(lrs: list[float]) -> dict[str, Row]:
+    """The n-grams counted, the networks trained once under each recipe (their configured epochs, or early
+    stopping), the modern NPLM's rows trained to early stopping across calls."""
+    networks = {name: Row([f"experiment=bengio2003/{row}" if recipe == "paper" else
+                           f"experiment=[bengio2003/{row},bengio2003/{recipe}]",
+                           *([f"optimizer.lr={lr:g}"] if lr is not None else [])])
+                for name, (recipe, row, lr) in network_rows(lrs).items()}
+    return {**{f"ngram-{key}": Row(measure=functools.partial(count_ngram, key)) for key in NGRAMS}, **networks,
+            **{row: Row(["experiment=sun2021/brown", *overrides], max_epochs=SUN2021_MAX_EPOCHS,
+                        patience=SUN2021_PATIENCE) for row, (overrides, _) in SUN2021.items()}}
+
+
+def row_result(name: str, row: Row, record: dict) -> dict:
+    """A network's result (mixed with the interpolated trigram, 0.5/0.5 and EM), or a modern NPLM row's."""
     from nplm.inference.mixture import mix
-
-    name = f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else "")
-    if not rerun and load_result(RESULTS, name):
-        print(f"{name}: done, skipping")
-        return
-    experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
-    overrides = [f"experiment={experiment}"] + ([f"optimizer.lr={lr:g}"] if lr is not None else [])
-    record = train_row(name, [*overrides, *extra], OUT / recipe / name, threads, rerun)
-    if record is None:
-        return
-    mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
-    summary = run_summary(record, "nplm-train " + " ".join([*overrides, *extra]))
-    import torch
-
-    if torch.cuda.is_available():  # the run's own record names the CPU only
-        summary["machine"] += f", {torch.cuda.get_device_name()}"
-    result = {"row": row, "recipe": recipe, "lr": lr, **summary,
-              "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2), "mixture": mixed}
-    if write_result(RESULTS, name, result):
-            print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
-              f"{mixed['test']['mix_fixed']:.1f}", flush=True)
-
-
-def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[str] = ()) -> None:
-    """Train one modern-NPLM row to early stopping (resumable across calls; `deadline`: see
-    replication.train_to_convergence) and write its result."""
     from nplm.training.checkpoint import load_model
 
-    overrides = ["experiment=sun2021/brown", *SUN2021[row][0]]
-    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads, deadline,
-                                              SUN2021_PATIENCE, SUN2021_MAX_EPOCHS)
-    if record is None:
-        return
-    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
-              "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
-              "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
-              "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
-              "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
-    if write_result(RESULTS, row, result):
-        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
-              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+    summary = run_summary(record, "nplm-train " + " ".join(row.overrides))
+    if name in SUN2021:
+        return {"row": name, **summary, "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
+                "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
+                "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
+                "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
+    recipe, network, lr = NETWORK_OF[name]
+    return {"row": network, "recipe": recipe, "lr": lr, **summary,
+            "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2),
+            "mixture": mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)}
+
+
+def said(result: dict) -> str:
+    if "mixture" in result:
+        return (f"valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
+                f"{result['mixture']['test']['mix_fixed']:.1f}")
+    line = f"valid {result['valid']:.1f} test {result['test']:.1f}"
+    return line + (f", {result['epochs']} epochs (best {result['best_epoch']}), stopped by {result['stopped_by']}"
+                   if "epochs" in result else f" ({result['fit_s']:.0f} s)")
 
 
 # -- the README ------------------------------------------------------------------------------------
@@ -161,12 +148,12 @@ def _load(name: str) -> dict | None:
     """A row's result; for `converged-<row>`, the step size with the best validation perplexity, with
     every candidate's validation perplexity under "lr_candidates"."""
     if name.startswith("converged-"):
-        runs = [r for path in sorted(RESULTS.glob(f"{name}-lr*.json")) if (r := load_result(RESULTS, path.stem))]
+        runs = [r for path in sorted(DRIVER.results.glob(f"{name}-lr*.json")) if (r := load_result(DRIVER.results, path.stem))]
         if not runs:
             return None
         best = min(runs, key=lambda r: r["valid"])
         return {**best, "lr_candidates": {f"{r['lr']:g}": round(r["valid"], 1) for r in runs}}
-    return load_result(RESULTS, name)
+    return load_result(DRIVER.results, name)
 
 
 def tables() -> str:
@@ -317,46 +304,28 @@ def conclusions() -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", default=",".join(RECIPES), help="paper,modern (default both)")
-    parser.add_argument("--rows", default="", help="comma-separated: mlp1..mlp9, wide and n-gram keys (default all)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per network run (default 2)")
-    parser.add_argument("--lrs", default=DEFAULT_LRS,
-                        help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
-    parser.add_argument("--extra", default="", help="overrides for every network run that leave the model and "
-                        "recipe alone, e.g. 'trainer=gpu logger=csv trainer.max_time=00:00:20:00'")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="the sun2021 rows stop by this many seconds after the start (the next call goes on)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
-    parser.add_argument("--rerun", action="store_true",
-                        help="redo the chosen rows though they have results: count the n-grams again, and train "
-                             "the networks on from their last checkpoint (after raising a recipe's max_epochs); "
-                             "delete outputs/bengio2003/<recipe>/<row> to train one from scratch")
-    args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021]
-    unknown = sorted(set(chosen) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
-    recipes = args.recipes.split(",")
+NETWORK_OF = network_rows([float(DEFAULT_LRS)])
+DRIVER = Driver(HERE, rows([float(DEFAULT_LRS)]), row_result, tables, said=said)
+
+
+def choose(args) -> list[str]:
+    """--rows of Table 1 (mlp1..mlp9, wide) under each of --recipes, n-gram keys and modern NPLM rows."""
+    global NETWORK_OF
+    lrs = [float(x) for x in args.lrs.split(",")]
+    NETWORK_OF, DRIVER.rows = network_rows(lrs), rows(lrs)
+    picked, recipes = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021], args.recipes.split(",")
+    unknown = sorted(set(picked) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
     if unknown or set(recipes) - set(RECIPES):
         raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are "
-                         f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, "
-                         f"recipes {', '.join(RECIPES)}")
-    if not args.report_only:
-        count_ngrams([k for k in chosen if k in NGRAMS], args.rerun)
-        for recipe in recipes:
-            for row in (r for r in chosen if r in NETWORKS and not (recipe == "paper" and NETWORKS[r][4] is None)):
-                lrs = [float(x) for x in args.lrs.split(",")] if recipe == "converged" else [None]
-                for lr in lrs:
-                    train_network(recipe, row, args.threads, args.rerun, lr, args.extra.split())
-        deadline = time.time() + args.budget_s if args.budget_s else None
-        for row in (r for r in chosen if r in SUN2021):
-            train_sun2021(row, args.threads, deadline, args.extra.split())
-    intro = (HERE / "INTRO.md").read_text()
-    (HERE / "README.md").write_text(intro + "\n" + tables())
-    print(tables())
+                         f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, recipes {', '.join(RECIPES)}")
+    return [name for name in DRIVER.rows if name.removeprefix("ngram-") in picked
+            or name in NETWORK_OF and NETWORK_OF[name][0] in recipes and NETWORK_OF[name][1] in picked]
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    parser = DRIVER.arguments(__doc__, "comma-separated: mlp1..mlp9, wide (under each of --recipes), n-gram keys, "
+                                       "sun2021 rows (default all)")
+    parser.add_argument("--recipes", default=",".join(RECIPES), help=f"of {', '.join(RECIPES)} (default all)")
+    parser.add_argument("--lrs", default=DEFAULT_LRS,
+                        help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
+    DRIVER.main(__doc__, parser, choose)

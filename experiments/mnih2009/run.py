@@ -26,19 +26,17 @@ INTRO.md and the result files only.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
+from driver import Driver, Row, Wait
 from replication import (DATA_DIR, corpus_datamodule, finished, load_result, machine, pct, provenance_footnote,
-                         provenance_mark, read_record, row_marks, run_summary, stopped_by, valid_test, write_result)
+                         provenance_mark, read_record, row_marks, run_summary, stopped_by, valid_test)
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-OUT = HERE.parents[1] / "outputs" / "mnih2009"
 MORIN = HERE.parent / "morin2005" / "results"  # the NPLM's rows on the same protocol
 
 LBL, HLBL = ["experiment=mnih2009/lbl"], ["experiment=mnih2009/hlbl"]
@@ -67,22 +65,16 @@ SAMPLED = {"lbl": "softmax", "lbl-nce": "nce", "lbl-nce-k100": "nce (k = 100)", 
            "lbl-importance_sampling": "importance_sampling"}  # sampled trainings: row -> name in `timing`
 TIMED = {"softmax": {"name": "softmax"}, "importance_sampling": {"name": "importance_sampling"},
          "nce": {"name": "nce"}, "hierarchical (random tree)": {"name": "hierarchical", "node_form": "logistic"}}
-ROWS = ("timing", *NETWORKS)
 MAX_EPOCHS, PATIENCE = 100, 2  # as conf/experiment/mnih2009/base.yaml
-TEST_MARGIN_S = 120  # --budget-s: a row stops training this long before the budget ends (its test pass)
 
 
 # -- training ----------------------------------------------------------------------------------------------
-def converged(record: dict | None) -> bool:
-    """The run ended by early stopping (or at the MAX_EPOCHS safety net), not by a time limit."""
-    return replication.converged(record, PATIENCE, MAX_EPOCHS)
-
-
-def network_result(row: str, record: dict, overrides: list[str]) -> dict:
+def network_result(row: str, spec: Row, record: dict) -> dict:
     """What results/<row>.json keeps: valid and test perplexity, epochs, best epoch, what stopped the run,
     the time per training example, and for the trees their kind and codes per word."""
-    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
-              "stopped_by": stopped_by(record["history"], PATIENCE), "converged": converged(record)}
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(spec.overrides)),
+              "stopped_by": stopped_by(record["history"], PATIENCE),
+              "converged": replication.converged(record, PATIENCE, MAX_EPOCHS)}
     tokens = (record.get("corpus") or {}).get("train_tokens")
     if tokens:  # from the epochs' own times (train_s_per_epoch is rounded to 0.1 s: 0.0 for a tiny corpus)
         seconds = sum(r["train/epoch_time_s"] for r in record["history"]) / len(record["history"])
@@ -93,36 +85,12 @@ def network_result(row: str, record: dict, overrides: list[str]) -> dict:
     return result
 
 
-def row_overrides(row: str) -> list[str] | None:
-    """The row's nplm-train overrides; a learned-tree row's first model is the hlbl-random row's best
-    checkpoint, None while that row has not finished."""
-    overrides = list(NETWORKS[row][0])
-    if "tree=learned" in overrides:
-        first = read_record(OUT / FIRST_MODEL)
-        if not first or first.get("status") != "finished" or not first.get("best_checkpoint"):
-            return None
-        overrides.append(f"tree.bootstrap_checkpoint={first['best_checkpoint']}")
-    return overrides
-
-
-def train_network(row: str, threads: int, deadline: float | None, extra: list[str]) -> None:
-    run_dir = OUT / row
-    record = read_record(run_dir)
-    if converged(record):
-        if write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0])):
-            print(f"{row}: converged earlier, result rewritten from {run_dir}", flush=True)
-        return
-    overrides = row_overrides(row)
-    if overrides is None:
-        print(f"{row}: skipped, its first model ({FIRST_MODEL}) has not finished", flush=True)
-        return
-    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], run_dir, threads, deadline,
-                                              PATIENCE, MAX_EPOCHS, TEST_MARGIN_S)
-    if record is not None:
-        result = network_result(row, record, overrides)
-        if write_result(RESULTS, row, result):
-            print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
-                  f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+def first_model() -> list[str]:
+    """A learned-tree row's first model: the hlbl-random row's best checkpoint (Wait while it has not finished)."""
+    first = read_record(DRIVER.runs / FIRST_MODEL)
+    if not first or first.get("status") != "finished" or not first.get("best_checkpoint"):
+        raise Wait(f"its first model ({FIRST_MODEL}) has not finished")
+    return [f"tree.bootstrap_checkpoint={first['best_checkpoint']}"]
 
 
 # -- time per example (item 5) --------------------------------------------------------------------------------
@@ -131,7 +99,7 @@ def brown():
     return corpus_datamodule(LBL)
 
 
-def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int = 3) -> None:
+def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: int = 3) -> dict:
     """Training (forward, backward, Adam step; batch 256, autograd as nplm-train trains the LBL) and test
     (exact NLL; batch 1024) examples per second of the recipe's LBL with each output layer."""
     import torch
@@ -182,15 +150,13 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
             best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
     from nplm.tracking.records import git_commit
 
-    write_result(RESULTS, "timing", {"vocab_size": V, "machine": machine(), "git_commit": git_commit(),
-                                     "rounds": rounds, "steps": steps,
-                                     "model": model_cfg, "examples_per_s": best,
-                                     "command": "python experiments/mnih2009/run.py --rows timing"})
+    return {"vocab_size": V, "machine": machine(), "git_commit": git_commit(), "rounds": rounds, "steps": steps,
+            "model": model_cfg, "examples_per_s": best, "command": "python experiments/mnih2009/run.py --rows timing"}
 
 
 # -- the README -----------------------------------------------------------------------------------------------
 def tables(results: Path | None = None, morin: Path | None = None) -> str:
-    results, morin = results or RESULTS, morin or MORIN
+    results, morin = results or DRIVER.results, morin or MORIN
     lbl, nplm = load_result(results, "lbl"), load_result(morin, "nplm")
     lines = ["Perplexity on Brown (Morin & Bengio's protocol; valid / test, test against the same model's full "
              "softmax; epochs trained / best, * = stopped before early stopping; empty = not run yet):", "",
@@ -320,32 +286,13 @@ def targets(results: Path, morin: Path) -> list[str]:
     return out
 
 
-def main() -> None:
-    global RESULTS, OUT
-    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT)
-    parser.add_argument("--rerun", action="store_true", help="measure `timing` again though it has a result")
-    args = parser.parse_args()
-    chosen = replication.chosen_rows(args, ROWS)
-    RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
-    deadline = time.time() + args.budget_s if args.budget_s else None
-    if not args.report_only:
-        if FIRST_MODEL in chosen:  # the learned trees' first model trains before them
-            chosen.remove(FIRST_MODEL)
-            chosen.insert(0, FIRST_MODEL)
-        for row in chosen:
-            if row == "timing":
-                if args.rerun or not load_result(RESULTS, "timing"):
-                    measure_timing(args.threads)
-                else:
-                    print("timing: done, skipping (--rerun measures again)")
-            else:
-                train_network(row, args.threads, deadline, args.extra.split())
-    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
-        head, notes = (HERE / "INTRO.md").read_text().split("<!-- tables -->\n")
-        (HERE / "README.md").write_text(head + "\n" + tables() + "\n" + notes)
-    print(tables())
-
+ROWS = {"timing": Row(measure=measure_timing),
+        **{row: Row(overrides, max_epochs=MAX_EPOCHS, patience=PATIENCE,
+                    first=first_model if "tree=learned" in overrides else None)
+           for row, (overrides, _, _) in NETWORKS.items()}}
+DRIVER = Driver(HERE, ROWS, network_result, tables, margin_s=120,
+                said=lambda r: f"valid {r['valid']:.1f} test {r['test']:.1f}, {r['epochs']} epochs (best "
+                               f"{r['best_epoch']}), stopped by {r['stopped_by']}")
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    DRIVER.main(__doc__)
