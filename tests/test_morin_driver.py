@@ -46,7 +46,7 @@ def test_a_row_has_converged_when_patience_epochs_passed_its_best():
 
 def test_learned_rows_take_the_random_rows_model_after_boot_epochs_or_when_it_finished(tmp_path, monkeypatch):
     run = driver()
-    monkeypatch.setattr(run, "OUT", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "runs", tmp_path)
     dep = tmp_path / "hierarchical-random-logistic"
     (dep / "checkpoints").mkdir(parents=True)
     assert run.bootstrap_row("hierarchical-learned-eps0.4-x2-logistic") == "hierarchical-random-logistic"
@@ -74,7 +74,7 @@ def test_fix_rows_are_compared_with_the_softmax_of_the_same_recipe():
 
 def test_a_fix_row_without_its_softmax_partner_is_compared_with_the_base_softmax_and_says_so(tmp_path, monkeypatch):
     run = driver()
-    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path)
     for row, test in (("nplm", 140.0), ("hierarchical-brown-logistic", 168.0), ("hierarchical-brown-logistic-lr3e-3", 154.0)):
         (tmp_path / f"{row}.json").write_text(json.dumps({"valid": test + 8, "test": test}))
     best = run.targets(run.load_result(tmp_path, "nplm"))[3]
