@@ -1,5 +1,5 @@
 """experiments/tokenizations/run.py: the Kneser-Ney 5-gram converted to bits per byte and per-word perplexity
-with the row's own counts, the table and the verdicts from the result files alone, and its README from them."""
+with the row's own counts, the table and the verdicts from the result files alone (its README: tests/test_reports.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from conftest import experiment_driver
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "tokenizations"
 
 
 def driver():
@@ -66,9 +65,3 @@ def test_the_table_and_verdicts_come_from_the_result_files(tmp_path):
     result(tmp_path, "brown-words", 1.7, valid_oov_rate=0.0436)
     assert ("Brown: the NPLM does best on words (words 1.7000 valid bits per byte; finished rows only, 1 of 2), with "
             "4.4% of its validation tokens <unk> (a lower bound: see above).") in run.tables(tmp_path)
-
-
-def test_the_readme_is_written_from_the_committed_results():
-    run = driver()
-    readme = (EXPERIMENT / "README.md").read_text()
-    assert readme == (EXPERIMENT / "INTRO.md").read_text() + "\n" + run.tables()

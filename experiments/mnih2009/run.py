@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
 from driver import Driver, Row, Wait
+from head_timing import best_of_rounds, examples_per_s, timing_batches
 from replication import (DATA_DIR, corpus_datamodule, finished, load_result, machine, pct, provenance_footnote,
                          provenance_mark, read_record, row_marks, run_summary, stopped_by, valid_test)
 
@@ -117,37 +117,21 @@ def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: i
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         model_cfg = dict(compose(config_name="train", overrides=LBL).model)
     tree = build_tree({"name": "random"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
-    order = torch.randperm(len(dm.windows["train"]), generator=torch.Generator().manual_seed(0))
-    train_batches = [dm.windows["train"][i] for i in order[: 256 * (steps + warmup)].split(256)]
-    test_batches = [dm.windows["test"][i] for i in torch.arange(1024 * (steps + warmup)).split(1024)]
+    train_batches, test_batches = timing_batches(dm, steps, warmup)
 
     def rates(head_cfg: dict) -> tuple[float, float]:
         torch.manual_seed(0)
         model = build_model(model_cfg, V)
         head = build_head(head_cfg, model.feature_dim, V, counts, tree)
         optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
-        model.train(), head.train()
-        for i, (context, target) in enumerate(train_batches):
-            if i == warmup:
-                start = time.perf_counter()
+
+        def step(context, target):
             optimizer.zero_grad(set_to_none=True)
             head.loss(model(context), target).mean().backward()
             optimizer.step()
-        train_rate = 256 * steps / (time.perf_counter() - start)
-        model.eval(), head.eval()
-        with torch.no_grad():
-            for i, (context, target) in enumerate(test_batches):
-                if i == warmup:
-                    start = time.perf_counter()
-                head.nll(model(context), target)
-        return train_rate, 1024 * steps / (time.perf_counter() - start)
+        return examples_per_s(model, head, step, train_batches, test_batches, warmup)
 
-    best: dict[str, list[float]] = {}
-    for _ in range(rounds):  # interleaved, best of each: robust to other load on the machine
-        for name, head_cfg in TIMED.items():
-            train_rate, test_rate = rates(head_cfg)
-            old = best.get(name, [0.0, 0.0])
-            best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
+    best = best_of_rounds(rates, TIMED, rounds)
     from nplm.tracking.records import git_commit
 
     return {"vocab_size": V, "machine": machine(), "git_commit": git_commit(), "rounds": rounds, "steps": steps,

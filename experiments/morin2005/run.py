@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 from driver import Driver, Row, Wait
+from head_timing import best_of_rounds, examples_per_s, timing_batches
 from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
                          provenance_footnote, provenance_mark, read_record, row_marks, run_summary, stopped_by,
                          valid_test, write_result)
@@ -123,37 +124,22 @@ def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: i
     V, counts = len(dm.vocab), dm.vocab.counts
     tree = build_tree({"name": "balanced"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
     shape = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
-    order = torch.randperm(len(dm.windows["train"]), generator=torch.Generator().manual_seed(0))
-    train_batches = [dm.windows["train"][i] for i in order[: 256 * (steps + warmup)].split(256)]
-    test_batches = [dm.windows["test"][i] for i in torch.arange(1024 * (steps + warmup)).split(1024)]
+    train_batches, test_batches = timing_batches(dm, steps, warmup)
 
-    def rates(head_name: str, sparse: bool) -> tuple[float, float]:
+    def rates(timed: tuple[str, bool]) -> tuple[float, float]:
+        head_name, sparse = timed
         torch.manual_seed(0)
         model = NPLM(V, replace(shape, sparse_embeddings=sparse))
         head = build_head({"name": head_name}, model.feature_dim, V, counts, tree if head_name == "hierarchical" else None)
         optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
-        model.train(), head.train()
-        for i, (context, target) in enumerate(train_batches):
-            if i == warmup:
-                start = time.perf_counter()
+
+        def step(context, target):
             optimizer.zero_grad(set_to_none=True)
             backprop.mean_loss_backward(model, head, context, target)  # as nplm-train: softmax by hand
             step_without_profiler(optimizer)
-        train_rate = 256 * steps / (time.perf_counter() - start)
-        model.eval(), head.eval()
-        with torch.no_grad():
-            for i, (context, target) in enumerate(test_batches):
-                if i == warmup:
-                    start = time.perf_counter()
-                head.nll(model(context), target)
-        return train_rate, 1024 * steps / (time.perf_counter() - start)
+        return examples_per_s(model, head, step, train_batches, test_batches, warmup)
 
-    best: dict[str, list[float]] = {}
-    for _ in range(rounds):  # interleaved, best of each: robust to other load on the machine
-        for name, (head_name, sparse) in TIMED.items():
-            train_rate, test_rate = rates(head_name, sparse)
-            old = best.get(name, [0.0, 0.0])
-            best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
+    best = best_of_rounds(rates, TIMED, rounds)
     return {"vocab_size": V, "train_tokens": len(dm.ids["train"]), "machine": machine(), "git_commit": git_commit(),
             "rounds": rounds, "steps": steps, "examples_per_s": best,
             "command": "python experiments/morin2005/run.py --rows timing"}
