@@ -1,6 +1,6 @@
 """Tiny Shakespeare characters, the notebook's 90/10 split: the notebook's network and the modern NPLM
 (Sun & Iyyer 2021) beside the Kneser-Ney 5-gram counted on the same split and nanoGPT's character
-Transformer as its README gives it (issue 27).
+Transformer as its README gives it.
 
     python experiments/tinyshakespeare_char/run.py                    # every row not done yet (resumable)
     python experiments/tinyshakespeare_char/run.py --rows modern --threads 1 --budget-s 3600
@@ -30,7 +30,9 @@ trained on batches of 16 blocks of 16 consecutive characters, every position of 
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
 dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, and
-windows of 2 and 3 with more averages). For each
+windows of 2 and 3 with more averages). The rows of a search round that varied one setting of the cosine
+recipe are the jobs of its sweep config (src/nplm/conf/sweep/tinyshakespeare_*.yaml: `nplm-train -m
++sweep=tinyshakespeare_w8_dropout` runs that round on its own, in multirun/). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
