@@ -32,7 +32,8 @@ class Row:
     """`nplm-train *overrides` (`what`: the row in the tables' words), trained to early stopping (`patience` epochs
     without a better val/ppl, at most `max_epochs`) across calls, or once to its configured end where `patience` is
     None; or, with `measure`, a result computed without a training run. `first`: overrides known only when the
-    row starts (a first model's checkpoint); it raises Wait while the row cannot start."""
+    row starts (a first model's checkpoint); it raises Wait while the row cannot start. `sweep`: the search
+    (conf/sweep/<sweep>.yaml) the row is a job of."""
 
     overrides: list[str] = field(default_factory=list)
     what: str = ""
@@ -40,6 +41,7 @@ class Row:
     patience: int | None = None
     measure: Callable[[int], dict] | None = None  # given the torch threads
     first: Callable[[], list[str]] | None = None
+    sweep: str | None = None  # the sweep config whose job it is (`sweep_job`): --rows <sweep> picks its rows
 
 
 @dataclass
@@ -127,12 +129,14 @@ class Driver:
         return parser
 
     def chosen(self, args: argparse.Namespace) -> list[str]:
-        """--rows in the order the driver declares them (a first model before the rows that start from it);
-        every row when empty; an unknown one exits with the valid ones named."""
-        picked = args.rows.split(",") if args.rows else list(self.rows)
-        if unknown := sorted(set(picked) - set(self.rows)):
-            raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(self.rows)}")
-        return [name for name in self.rows if name in picked]
+        """--rows (names of rows, or of sweeps: their rows) in the order the driver declares them (a first model
+        before the rows that start from it); every row when empty; an unknown one exits with the valid ones named."""
+        picked = set(args.rows.split(",") if args.rows else self.rows)
+        sweeps = {row.sweep for row in self.rows.values() if row.sweep}
+        if unknown := sorted(picked - set(self.rows) - sweeps):
+            raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(self.rows)}"
+                             + (f"; sweeps {', '.join(sorted(sweeps))}" if sweeps else ""))
+        return [name for name, row in self.rows.items() if name in picked or row.sweep in picked]
 
     def main(self, doc: str, parser: argparse.ArgumentParser | None = None,
              choose: Callable[[argparse.Namespace], list[str]] | None = None,

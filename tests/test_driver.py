@@ -80,6 +80,10 @@ def test_rows_run_in_the_order_declared_and_the_readme_takes_the_tables_at_its_m
     assert driver.chosen(argparse.Namespace(rows="third,first")) == ["first", "third"]
     with pytest.raises(SystemExit, match=r"unknown rows \['fourth'\]; rows are first, second, third"):
         driver.chosen(argparse.Namespace(rows="first,fourth"))
+    driver.rows["second"].sweep = "search"  # a job of conf/sweep/search.yaml: picked by the sweep's name
+    assert driver.chosen(argparse.Namespace(rows="third,search")) == ["second", "third"]
+    with pytest.raises(SystemExit, match=r"unknown rows \['fourth'\]; rows are first, second, third; sweeps search"):
+        driver.chosen(argparse.Namespace(rows="fourth"))
     assert driver.readme() == "# Toy\n\n\n| row |\n\nNotes.\n"
     (tmp_path / "INTRO.md").write_text("# Toy\n")
     assert driver.readme() == "# Toy\n\n| row |\n"

@@ -18,7 +18,7 @@ def driver(name: str):
     return module
 
 
-DRIVERS = ["bengio2003", "morin2005", "mnih2009", "heads_trees", "tinyshakespeare_char", "tokenizations"]
+DRIVERS = ["bengio2003", "morin2005", "mnih2009", "heads_trees", "tinyshakespeare_char", "tokenizations", "scale"]
 
 
 @pytest.mark.parametrize("name", DRIVERS)
@@ -26,15 +26,6 @@ def test_the_readme_is_written_from_the_committed_results_only(name):
     """The README `python experiments/<name>/run.py --report-only` writes is the committed one."""
     assert driver(name).DRIVER.readme() == (EXPERIMENTS / name / "README.md").read_text(), (
         f"experiments/{name}/README.md differs from its results/: python experiments/{name}/run.py --report-only")
-
-
-def test_the_scale_readme_is_written_from_the_committed_results_only(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS / "scale"))
-    from readme import write_readme
-
-    write_readme(EXPERIMENTS / "scale" / "results", tmp_path / "README.md")
-    assert (tmp_path / "README.md").read_text() == (EXPERIMENTS / "scale" / "README.md").read_text(), (
-        "experiments/scale/README.md differs from its results/: python experiments/scale/run.py --report-only")
 
 
 def test_heads_trees_rows_come_from_result_files(tmp_path, monkeypatch):

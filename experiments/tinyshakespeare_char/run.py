@@ -32,7 +32,8 @@ contexts, and the window-4 row again with and without the average, with a second
 dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, and
 windows of 2 and 3 with more averages). The rows of a search round that varied one setting of the cosine
 recipe are the jobs of its sweep config (src/nplm/conf/sweep/tinyshakespeare_*.yaml: `nplm-train -m
-+sweep=tinyshakespeare_w8_dropout` runs that round on its own, in multirun/). For each
++sweep=tinyshakespeare_w8_dropout` runs that round on its own, in multirun/; `--rows tinyshakespeare_w8_dropout`
+trains its rows here). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
@@ -46,6 +47,7 @@ import math
 import re
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
@@ -75,7 +77,7 @@ def cosine_row(model: list[str], dropout: float, bf16: bool = True, gpu: bool = 
 
 def searched(sweep: str, **choice) -> Row:
     """The job of the search conf/sweep/<sweep>.yaml that sets `choice` (`driver.sweep_job`), as a row."""
-    return cosine_recipe(sweep_job(sweep, **choice))
+    return replace(cosine_recipe(sweep_job(sweep, **choice)), sweep=sweep)
 
 
 def cosine_recipe(overrides: list[str]) -> Row:
