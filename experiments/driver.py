@@ -157,6 +157,18 @@ class Driver:
         print(self.tables())
 
 
+def sibling(path: str, name: str):
+    """The module <name>.py beside the driver file `path`, imported under a name of its own (every driver's folder
+    may have a report.py)."""
+    import importlib.util
+
+    where = Path(path).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{where.parent.name}_{name}", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def sweep_job(sweep: str, **choice) -> list[str]:
     """The overrides of the one job of conf/sweep/<sweep>.yaml (as `nplm-train -m +sweep=<sweep>` expands its
     `hydra.sweeper.params`) that sets each key of `choice` (dots as "__") to its value."""
