@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 import replication
 from replication import ROOT, finished, load_result, write_result
@@ -134,8 +135,8 @@ class Driver:
         picked = set(args.rows.split(",") if args.rows else self.rows)
         sweeps = {row.sweep for row in self.rows.values() if row.sweep}
         if unknown := sorted(picked - set(self.rows) - sweeps):
-            raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(self.rows)}"
-                             + (f"; sweeps {', '.join(sorted(sweeps))}" if sweeps else ""))
+            bad_input(f"--rows: unknown rows {unknown}; rows are {', '.join(self.rows)}"
+                      + (f"; sweeps {', '.join(sorted(sweeps))}" if sweeps else ""))
         return [name for name, row in self.rows.items() if name in picked or row.sweep in picked]
 
     def main(self, doc: str, parser: argparse.ArgumentParser | None = None,
@@ -155,6 +156,12 @@ class Driver:
         if self.results == self.here / "results":
             (self.here / "README.md").write_text(self.readme())
         print(self.tables())
+
+
+def bad_input(message: str) -> NoReturn:
+    """A command line the driver cannot run: the one line that says why, on stderr, and exit status 2."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def sibling(path: str, name: str):

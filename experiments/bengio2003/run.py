@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from driver import Driver, Row
+from driver import Driver, Row, bad_input
 from replication import (DATA_DIR, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
                          provenance_footnote, provenance_mark, row_marks, run_summary, stopped_by, valid_test)
 
@@ -316,8 +316,8 @@ def choose(args) -> list[str]:
     picked, recipes = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021], args.recipes.split(",")
     unknown = sorted(set(picked) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
     if unknown or set(recipes) - set(RECIPES):
-        raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are "
-                         f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, recipes {', '.join(RECIPES)}")
+        bad_input(f"--rows, --recipes: unknown rows or recipes {unknown or recipes}; rows are "
+                  f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, recipes {', '.join(RECIPES)}")
     return [name for name in DRIVER.rows if name.removeprefix("ngram-") in picked
             or name in NETWORK_OF and NETWORK_OF[name][0] in recipes and NETWORK_OF[name][1] in picked]
 

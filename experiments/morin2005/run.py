@@ -90,7 +90,6 @@ NETWORKS = {  # row: (overrides, published test perplexity)
 NGRAMS = {"interpolated-trigram": 268.7, "class500": 249.1}
 MAX_EPOCHS, PATIENCE = 100, 2  # --parallel: to convergence; MAX_EPOCHS is only a safety net
 CONVERGE = [f"trainer.max_epochs={MAX_EPOCHS}", f"callbacks.early_stopping_patience={PATIENCE}"]
-TEST_MARGIN_S = 90  # --budget-s: a row stops training this long before the budget ends (test pass, result)
 MIN_START_S = 240  # --budget-s: a row is not started with less than this left (at most a quarter of the budget)
 BOOT_EPOCHS = 5  # --parallel: a learned-tree row starts from its random-tree row after this many epochs of it
 SHAPES = {"balanced": {"name": "balanced"}, "huffman": {"name": "huffman"},
@@ -219,7 +218,7 @@ def bootstrap_checkpoint(dep: str) -> Path | None:
 
 
 def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float | None,
-                   extra: list[str] | None = None) -> None:
+                   extra: list[str] | None = None, margin_s: float = 90) -> None:
     """Train `rows` (network rows) `parallel` at a time, one process each (threads=1), to convergence;
     see the module docstring. Results are written as each row ends; a row that fails is reported and
     the others go on."""
@@ -279,7 +278,7 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
             if device == "gpu":
                 command.append("trainer=gpu")
             if deadline is not None:
-                command.append(f"stop_at={deadline - min(TEST_MARGIN_S, budget_s / 10):.0f}")
+                command.append(f"stop_at={deadline - min(margin_s, budget_s / 10):.0f}")
             if (run_dir / "checkpoints" / "last.ckpt").exists():
                 command.append(f"resume={run_dir}")
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -430,7 +429,7 @@ ROWS = {"timing": Row(measure=measure_timing), "tree-shapes": Row(measure=tree_s
         **{key: Row(measure=functools.partial(count_ngram, key)) for key in NGRAMS},
         **{row: Row(overrides, first=wordnet if "tree=wordnet" in overrides else None)
            for row, (overrides, _) in NETWORKS.items()}}
-DRIVER = Driver(HERE, ROWS, network_result, tables,
+DRIVER = Driver(HERE, ROWS, network_result, tables, margin_s=90,
                 said=lambda r: f"valid {r['valid']:.1f} test {r['test']:.1f}" if "valid" in r else "measured")
 
 
@@ -438,7 +437,8 @@ def parallel(args, chosen: list[str]) -> bool:
     """With --parallel: the chosen network rows trained `train_parallel`'s way (the module docstring)."""
     if args.parallel:
         rows = [r for r in chosen if r in NETWORKS and ("wordnet" not in r or wordnet_installed())]
-        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split())
+        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split(),
+                       args.margin_s)
     return bool(args.parallel)
 
 

@@ -47,7 +47,7 @@ PY = sys.executable
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
 sys.path.insert(0, str(ROOT / "experiments"))  # the drivers' loop and shared helpers
 sys.path.insert(0, str(HERE))
-from driver import Driver, Row  # noqa: E402
+from driver import Driver, Row, bad_input  # noqa: E402
 from readme import tables  # noqa: E402
 
 CORPUS_ARGS = ["corpus=wikitext103", f"corpus.path={CORPUS}", f"paths.data_dir={DATA_DIR}", "threads=1",
@@ -211,7 +211,7 @@ def choose(args) -> list[str]:
         return DRIVER.chosen(args)
     stages = args.only.split(",")
     if unknown := sorted(set(stages) - set(STAGES)):
-        raise SystemExit(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+        bad_input(f"--only: unknown stages {unknown}; stages are {', '.join(STAGES)}")
     if not CORPUS.joinpath("wiki.train.tokens").exists() and "corpus" not in stages:
         stages.insert(0, "corpus")
     heads = args.heads.split(",") if args.heads else list(HEADS)
