@@ -56,8 +56,8 @@ class Driver:
     tables: Callable[[], str]
     said: Callable[[dict], str] = lambda result: "result written"
     margin_s: float = 120  # --budget-s: a row stops training this long before the end (its test pass, scoring)
-    results: Path = None
-    runs: Path = None
+    results: Path | None = None  # default: <here>/results
+    runs: Path | None = None  # default: outputs/<here's name>
 
     def __post_init__(self):
         self.results = self.results or self.here / "results"
