@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import torch
+from replication import load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,9 +78,9 @@ def test_a_fix_row_without_its_softmax_partner_is_compared_with_the_base_softmax
     monkeypatch.setattr(run.DRIVER, "results", tmp_path)
     for row, test in (("nplm", 140.0), ("hierarchical-brown-logistic", 168.0), ("hierarchical-brown-logistic-lr3e-3", 154.0)):
         (tmp_path / f"{row}.json").write_text(json.dumps({"valid": test + 8, "test": test}))
-    best = run.targets(run.load_result(tmp_path, "nplm"))[3]
+    best = run.targets(load_result(tmp_path, "nplm"))[3]
     assert best == ("- best single-code tree (target: within +5%): hierarchical-brown-logistic-lr3e-3 154.0, +10.0% "
                     "vs nplm 140.0 (nplm-lr3e-3, the same recipe's softmax, not run yet)")
     (tmp_path / "nplm-lr3e-3.json").write_text(json.dumps({"valid": 146.0, "test": 137.5}))
-    best = run.targets(run.load_result(tmp_path, "nplm"))[3]
+    best = run.targets(load_result(tmp_path, "nplm"))[3]
     assert best.endswith("hierarchical-brown-logistic-lr3e-3 154.0, +12.0% vs nplm-lr3e-3 137.5")
