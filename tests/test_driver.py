@@ -115,3 +115,14 @@ def test_the_tiny_shakespeare_rows_of_a_search_compose_as_its_sweep_sets_them(tm
         "the modern NPLM, width 256, a window of 4 and 12 averages of the 60 before it, trained on batches of 16 "
         "blocks of 16 consecutive characters, dropout 0.2, AdamW (weight decay 0.3), step annealed along a cosine "
         "over 16 epochs, validated on the weights' moving average (decay 0.9995)")
+
+
+def test_a_scale_stage_is_a_measured_row_that_records_when_where_and_at_which_commit():
+    import re
+
+    run = experiment_driver("scale")
+    got = run.ROWS["head-softmax"], run.measured("probe", lambda: {"wall_s": 1.5}).measure(1)
+    assert got[0].measure is not None and got[0].overrides == []
+    assert got[1]["name"] == "probe" and got[1]["wall_s"] == 1.5 and "CPUs, load average" in got[1]["machine"]
+    assert re.fullmatch(r"[0-9a-f]{7}(-dirty)?|unknown", got[1]["commit"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", got[1]["measured_utc"])

@@ -38,13 +38,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RESULTS = HERE / "results"
 DATA = ROOT / "data_cache" / "scale"
 CORPUS = DATA / "wikitext103-zipf"
 DATA_DIR = DATA / "data"
 RUNS = DATA / "runs"
 PY = sys.executable
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
 sys.path.insert(0, str(ROOT / "experiments"))  # the drivers' loop and shared helpers
 sys.path.insert(0, str(HERE))
 from driver import Driver, Row, bad_input  # noqa: E402
@@ -113,10 +111,11 @@ def timed(mode: str, name: str, overrides: list[str], timeout: float | None = No
 def measured(name: str, stage) -> Row:
     """The row `name`, measured by `stage()`: its figures, with when, at which commit and on what machine."""
     def measure(threads: int) -> dict:
-        from provenance import commit
+        from nplm.tracking.records import git_commit
 
-        data = stage()
-        return {"name": name, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": commit(),
+        data, commit = stage(), git_commit()  # the short commit, "-dirty" where the code differs from it
+        return {"name": name, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                "commit": commit[:7] + ("-dirty" if commit.endswith("-dirty") else "") if commit else "unknown",
                 "machine": machine_line(), **data}
     return Row(measure=measure)
 
