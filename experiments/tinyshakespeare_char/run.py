@@ -223,6 +223,8 @@ ROWS = {  # the notebook's 15 epochs are its protocol; the cosine rows train for
                                                                     epochs=12, weight_decay=0.3, ema=0.9995,
                                                                     bf16=False, seed=2),
 }
+
+
 # -- training ----------------------------------------------------------------------------------------------
 def row_result(row: str, spec: Row, record: dict) -> dict:
     """What results/<row>.json keeps: validation perplexity, epochs, best epoch, what stopped the run, the
