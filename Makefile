@@ -12,7 +12,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 scale clean
+.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
 
 install: $(VENV)/.installed
 
@@ -73,6 +73,19 @@ replicate-morin2005: install
 # Mnih & Hinton (2009) on Brown (LBL, HLBL, learned trees) and Mnih & Teh's NCE: resumable; writes experiments/mnih2009/README.md.
 replicate-mnih2009: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/mnih2009/run.py
+
+# Tiny Shakespeare characters: the notebook's network and the modern NPLM's search against the Kneser-Ney 5-gram
+# (the search rounds: src/nplm/conf/sweep/tinyshakespeare_*.yaml); resumable; writes experiments/tinyshakespeare_char/README.md.
+replicate-tinyshakespeare: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/tinyshakespeare_char/run.py
+
+# Characters, words and byte-level BPE on bits per byte; resumable; writes experiments/tokenizations/README.md.
+replicate-tokenizations: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/tokenizations/run.py
+
+# Every head and tree on Brown at MLP1's shape, 2 epochs each; writes experiments/heads_trees/README.md.
+replicate-heads-trees: install
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/heads_trees/run.py
 
 # WikiText-103-sized vocabularies (issue 28): makes the WikiText-103-shaped corpus under data_cache/ (~0.5 GB,
 # git-ignored), measures every head, the id cache and the trees (stages resumable); writes experiments/scale/README.md.

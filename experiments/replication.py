@@ -1,5 +1,5 @@
-"""What the paper-replication drivers (experiments/bengio2003, experiments/morin2005) share: train one
-row unless it is done, resuming a killed run, and summarise its run record for the result files.
+"""What the experiment drivers share (their loop is experiments/driver.py): train one row unless it is done,
+resuming a killed run, summarise its run record for the result files, and mark a result's provenance.
 
 A row's run lives in its own folder (`hydra.run.dir`); a row is done when its metrics.json says
 "finished". The drivers write one small JSON result per row and build their README tables from
@@ -8,7 +8,6 @@ those files only.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import functools
 import json
@@ -22,32 +21,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
-
-
-def driver_arguments(doc: str, rows, results: Path, runs: Path, note: str = "") -> argparse.ArgumentParser:
-    """The options every replication driver takes: --rows (of `rows`), --threads, --report-only,
-    --budget-s, --extra, --results, --runs; `note` prefixes the help of the last four (e.g. "with
-    --parallel: "). A driver adds its own."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="", help=f"comma-separated, of: {', '.join(rows)} (default all)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help=f"{note}stop every row by this many seconds after the start (each tests its best "
-                             "checkpoint and records \"converged\": false; the next call goes on)")
-    parser.add_argument("--extra", default="", help=f"{note}overrides added to every row (a smoke test: "
-                                                    "'corpus.train_size=20000 trainer.limit_train_batches=5')")
-    parser.add_argument("--results", default=str(results), help=f"{note}where result files go")
-    parser.add_argument("--runs", default=str(runs), help=f"{note}where the rows' run folders go")
-    return parser
-
-
-def chosen_rows(args: argparse.Namespace, rows) -> list[str]:
-    """--rows as a list (every row when empty); an unknown one exits with the valid ones named."""
-    chosen = args.rows.split(",") if args.rows else list(rows)
-    if unknown := sorted(set(chosen) - set(rows)):
-        raise SystemExit(f"unknown rows {unknown}; rows are {', '.join(rows)}")
-    return chosen
 
 
 def corpus_datamodule(overrides: list[str]):

@@ -68,15 +68,18 @@ def test_tables_and_targets_come_from_the_result_files(tmp_path):
 
 def test_learned_rows_wait_for_the_random_rows_model(tmp_path, monkeypatch):
     run = driver()
-    monkeypatch.setattr(run, "OUT", tmp_path)
-    assert run.row_overrides("hlbl-random") == ["experiment=mnih2009/hlbl"]
-    assert run.row_overrides("hlbl-adaptive0.4-x2") is None  # no first model yet
+    monkeypatch.setattr(run.DRIVER, "runs", tmp_path)
+    assert run.ROWS["hlbl-random"].overrides == ["experiment=mnih2009/hlbl"] and run.ROWS["hlbl-random"].first is None
+    learned = run.ROWS["hlbl-adaptive0.4-x2"]
+    assert learned.overrides == ["experiment=mnih2009/hlbl", "tree=learned", "tree.bootstrap=random", "tree.eps=0.4",
+                                 "tree.runs=2"]
+    with pytest.raises(run.Wait, match=r"its first model \(hlbl-random\) has not finished"):
+        learned.first()
     (tmp_path / "hlbl-random").mkdir()
     (tmp_path / "hlbl-random" / "metrics.json").write_text(json.dumps({"status": "finished",
                                                                        "best_checkpoint": "/r/best.ckpt"}))
-    assert run.row_overrides("hlbl-adaptive0.4-x2") == [
-        "experiment=mnih2009/hlbl", "tree=learned", "tree.bootstrap=random", "tree.eps=0.4", "tree.runs=2",
-        "tree.bootstrap_checkpoint=/r/best.ckpt"]
+    assert learned.first() == ["tree.bootstrap_checkpoint=/r/best.ckpt"]
+    assert list(run.ROWS).index("hlbl-random") < list(run.ROWS).index("hlbl-adaptive")  # trained before them
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import torch
+from replication import load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +47,7 @@ def test_a_row_has_converged_when_patience_epochs_passed_its_best():
 
 def test_learned_rows_take_the_random_rows_model_after_boot_epochs_or_when_it_finished(tmp_path, monkeypatch):
     run = driver()
-    monkeypatch.setattr(run, "OUT", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "runs", tmp_path)
     dep = tmp_path / "hierarchical-random-logistic"
     (dep / "checkpoints").mkdir(parents=True)
     assert run.bootstrap_row("hierarchical-learned-eps0.4-x2-logistic") == "hierarchical-random-logistic"
@@ -74,12 +75,12 @@ def test_fix_rows_are_compared_with_the_softmax_of_the_same_recipe():
 
 def test_a_fix_row_without_its_softmax_partner_is_compared_with_the_base_softmax_and_says_so(tmp_path, monkeypatch):
     run = driver()
-    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path)
     for row, test in (("nplm", 140.0), ("hierarchical-brown-logistic", 168.0), ("hierarchical-brown-logistic-lr3e-3", 154.0)):
         (tmp_path / f"{row}.json").write_text(json.dumps({"valid": test + 8, "test": test}))
-    best = run.targets(run.load_result(tmp_path, "nplm"))[3]
+    best = run.targets(load_result(tmp_path, "nplm"))[3]
     assert best == ("- best single-code tree (target: within +5%): hierarchical-brown-logistic-lr3e-3 154.0, +10.0% "
                     "vs nplm 140.0 (nplm-lr3e-3, the same recipe's softmax, not run yet)")
     (tmp_path / "nplm-lr3e-3.json").write_text(json.dumps({"valid": 146.0, "test": 137.5}))
-    best = run.targets(run.load_result(tmp_path, "nplm"))[3]
+    best = run.targets(load_result(tmp_path, "nplm"))[3]
     assert best.endswith("hierarchical-brown-logistic-lr3e-3 154.0, +12.0% vs nplm-lr3e-3 137.5")

@@ -154,7 +154,7 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
     import json
 
     run = bengio_driver()
-    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path)
     common = {"epochs": 9, "best_epoch": 7, "train_s_per_epoch": 800.0, "parameters": 5_000_000, "mixture": None,
               "git_commit": "abcdef0123"}
     (tmp_path / "converged-mlp9-lr0.384.json").write_text(json.dumps({**common, "row": "mlp9", "lr": 0.384,
@@ -202,7 +202,7 @@ def test_a_modern_nplm_row_result_keeps_what_stopped_it_and_its_validation_curve
     import replication
 
     run = bengio_driver()
-    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path)
     history = [{"epoch": e, "step": 3124 + 3125 * e, "val/ppl": v, "train/epoch_time_s": 400.0}
                for e, v in enumerate([301.25, 262.5, 250.125, 253.0, 255.0])]
     record = {"status": "finished", "history": history, "git_commit": "abc1234", "wall_time_s": 2100.4,
@@ -211,7 +211,7 @@ def test_a_modern_nplm_row_result_keeps_what_stopped_it_and_its_validation_curve
     calls = []
     monkeypatch.setattr(replication, "train_to_convergence", lambda name, overrides, *a: calls.append(overrides) or record)
     monkeypatch.setattr(nplm.training.checkpoint, "load_model", lambda path: torch.nn.Linear(3, 2))
-    run.train_sun2021("sun2021-depth1", threads=1, deadline=None)
+    run.DRIVER.run_row("sun2021-depth1", threads=1, deadline=None, extra=[], rerun=False)
     assert calls == [["experiment=sun2021/brown", "callbacks.ema_decay=null", "model.num_layers=1", "logger=none"]]
     result = json.loads((tmp_path / "sun2021-depth1.json").read_text())
     assert (result["valid"], result["test"], result["epochs"], result["best_epoch"]) == (250.125, 230.5, 5, 3)

@@ -18,30 +18,22 @@ def driver(name: str):
     return module
 
 
-def report(name: str) -> str:
-    """The README `python experiments/<name>/run.py --report-only` would write."""
-    run = driver(name)
-    intro = (EXPERIMENTS / name / "INTRO.md").read_text()
-    if name == "bengio2003":
-        return intro + "\n" + run.tables()
-    if name == "morin2005":
-        head, notes = intro.split("<!-- tables -->\n")
-        return head + "\n" + run.tables() + "\n" + notes
-    return intro + "\n" + run.table()
+DRIVERS = ["bengio2003", "morin2005", "mnih2009", "heads_trees", "tinyshakespeare_char", "tokenizations", "scale"]
 
 
-@pytest.mark.parametrize("name", ["bengio2003", "morin2005", "heads_trees"])
+@pytest.mark.parametrize("name", DRIVERS)
 def test_the_readme_is_written_from_the_committed_results_only(name):
-    assert report(name) == (EXPERIMENTS / name / "README.md").read_text(), (
+    """The README `python experiments/<name>/run.py --report-only` writes is the committed one."""
+    assert driver(name).DRIVER.readme() == (EXPERIMENTS / name / "README.md").read_text(), (
         f"experiments/{name}/README.md differs from its results/: python experiments/{name}/run.py --report-only")
 
 
 def test_heads_trees_rows_come_from_result_files(tmp_path, monkeypatch):
     run = driver("heads_trees")
-    monkeypatch.setattr(run, "RESULTS", tmp_path)  # no result files: no rows, whatever outputs/ holds
-    assert run.table().count("\n| ") == 0  # the header alone
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path)  # no result files: no rows, whatever outputs/ holds
+    assert run.tables().count("\n| ") == 0  # the header alone
     (tmp_path / "adaptive.json").write_text((EXPERIMENTS / "heads_trees" / "results" / "adaptive.json").read_text())
-    table = run.table()
+    table = run.tables()
     assert "| adaptive† | 401.3 | 377.6 | 2 | 38 |  |" in table  # recovered from a table: its commit unrecorded
     assert table.endswith("\n† trained or measured from an unrecorded commit: no commit holds exactly the code behind "
                           "the figure; run the row again from a clean checkout to replace it.\n")
@@ -53,14 +45,16 @@ def test_heads_trees_writes_a_finished_variant_to_its_result_file(tmp_path, monk
     toy = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16", "data.batch_size=32",
            "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
     monkeypatch.setattr(run, "COMMON", toy)
-    monkeypatch.setattr(run, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(run, "OUT", tmp_path / "runs")
+    monkeypatch.setattr(run.DRIVER, "rows", run.rows(epochs=1))
+    monkeypatch.setattr(run.DRIVER, "results", tmp_path / "results")
+    monkeypatch.setattr(run.DRIVER, "runs", tmp_path / "runs")
     monkeypatch.setenv("NPLM_ALLOW_DIRTY", "1")  # the tests run on uncommitted code too
-    run.train_variant("hierarchical-huffman", epochs=1, threads=1, rerun=False)
+    run.DRIVER.run_row("hierarchical-huffman", threads=1, deadline=None, extra=[], rerun=False)
     result = run.load_result(tmp_path / "results", "hierarchical-huffman")
     assert result["epochs"] == 1 and result["tree"]["kind"] == "huffman" and result["git_commit"]
     assert result["command"].startswith("nplm-train corpus=toy") and "tree=huffman" in result["command"]
     row = f"| hierarchical-huffman{run.provenance_mark(result)} | {result['valid']:.1f} | {result['test']:.1f} | 1 |"
-    assert row in run.table()
-    run.train_variant("hierarchical-huffman", epochs=1, threads=1, rerun=False)  # done: skipped
+    assert row in run.tables()
+    assert result["driver_command"] == "python experiments/heads_trees/run.py --epochs 1 --rows hierarchical-huffman"
+    run.DRIVER.run_row("hierarchical-huffman", threads=1, deadline=None, extra=[], rerun=False)  # done: skipped
     assert run.load_result(tmp_path / "results", "hierarchical-huffman") == result

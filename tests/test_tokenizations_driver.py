@@ -1,5 +1,5 @@
 """experiments/tokenizations/run.py: the Kneser-Ney 5-gram converted to bits per byte and per-word perplexity
-with the row's own counts, the table and the verdicts from the result files alone, and its README from them."""
+with the row's own counts, the table and the verdicts from the result files alone (its README: tests/test_reports.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from conftest import experiment_driver
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "tokenizations"
 
 
 def driver():
@@ -43,7 +42,7 @@ def test_the_kn5_is_converted_with_the_rows_own_byte_and_word_counts(monkeypatch
               "metrics": {"val/ppl_best": 20.0, "test/ppl": 30.0, "test/bpb": 2.5, "test/word_ppl": 900.0}}
     scored = {"valid": {"ngram": 25.0}, "test": {"ngram": 36.0}, "tokens": {"valid": 100}}
     monkeypatch.setattr(nplm.inference.mixture, "mix", lambda *a: scored)
-    got = run.row_result("brown-words", record, ["corpus=brown"])
+    got = run.row_result("brown-words", run.Row(["corpus=brown"], max_epochs=8, patience=1), record)
     ratio = math.log(25) / math.log(20)
     assert got["kn5_valid_bpb"] == pytest.approx(2.0 * ratio) and got["kn5_valid_word_ppl"] == pytest.approx(400 ** ratio)
     assert got["kn5_test_bpb"] == pytest.approx(2.5 * math.log(36) / math.log(30))
@@ -66,9 +65,3 @@ def test_the_table_and_verdicts_come_from_the_result_files(tmp_path):
     result(tmp_path, "brown-words", 1.7, valid_oov_rate=0.0436)
     assert ("Brown: the NPLM does best on words (words 1.7000 valid bits per byte; finished rows only, 1 of 2), with "
             "4.4% of its validation tokens <unk> (a lower bound: see above).") in run.tables(tmp_path)
-
-
-def test_the_readme_is_written_from_the_committed_results():
-    run = driver()
-    readme = (EXPERIMENT / "README.md").read_text()
-    assert readme == (EXPERIMENT / "INTRO.md").read_text() + "\n" + run.tables()

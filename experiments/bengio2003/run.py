@@ -16,347 +16,125 @@ weight (`nplm.inference.mixture`). Each row's result is a small JSON file in exp
 
 from __future__ import annotations
 
-import argparse
-import os
-import time
+import functools
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
-                         provenance_footnote, provenance_mark, row_marks, run_summary, stopped_by, train_row,
-                         valid_test, write_result)
+from driver import Driver, Row, bad_input, sibling
+from replication import DATA_DIR, class_ngram, corpus_datamodule, machine, run_summary, stopped_by
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-RESULTS = HERE / "results"
-OUT = ROOT / "outputs" / "bengio2003"
 
-# Table 1 of Bengio et al. (2003): (valid, test) perplexity as published.
-NETWORKS = {  # row: (n, h, m, direct, published alone, published mixed with the trigram, mixed row's name)
-    "mlp1": (5, 50, 60, True, (284, 268), (275, 257), "MLP2"),
-    "mlp3": (5, 0, 60, True, (327, 310), (286, 272), "MLP4"),
-    "mlp5": (5, 50, 30, True, (296, 279), (273, 259), "MLP6"),
-    "mlp7": (3, 50, 30, True, (309, 293), (284, 270), "MLP8"),
-    "mlp9": (5, 100, 30, False, (280, 276), (265, 252), "MLP10"),
-    "wide": (5, 400, 100, False, None, None, "WIDE + trigram"),  # not in the paper (no published figures): `modern` only
-}
-NGRAMS = {  # key: (label, published (valid, test))
-    "interpolated-trigram": ("Deleted-interpolation trigram", (352, 336)),
-    **{f"kn{n}-backoff-srilm": (f"Kneser-Ney back-off, n={n} (SRILM's default count cutoffs)", pub)
-       for n, pub in ((3, (334, 323)), (4, (332, 321)), (5, (332, 321)))},
-    "kn5": ("Kneser-Ney interpolated, n=5 (not in the paper)", None),
-    **{f"class{c}": (f"class-based back-off, n=3, {c} classes", pub)
-       for c, pub in ((150, (348, 334)), (200, (354, 340)), (500, (326, 312)), (1000, (335, 319)),
-                      (2000, (343, 326)))},
-}
-RECIPES = ("paper", "modern", "converged")
+report = sibling(__file__, "report")  # the papers' tables, and the README's from the result files
+NETWORKS, NGRAMS, RECIPES, SUN2021 = report.NETWORKS, report.NGRAMS, report.RECIPES, report.SUN2021
+NO_EMA, SUN2021_RECIPE = report.NO_EMA, report.SUN2021_RECIPE
 # `converged`: the paper recipe with no epoch cap (conf/experiment/bengio2003/converged.yaml), one run per
 # step size in --lrs (eps_0 per batch of 128; r stays the paper's 1e-8 per example), the row's result the
 # step size with the best validation perplexity.
 DEFAULT_LRS = "0.128"
-BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
-# The modern NPLM (Sun & Iyyer 2021; issue 27): conf/experiment/sun2021/brown.yaml, and one part changed at a
-# time. row: (overrides after the recipe, what the row changes). The recipe validates on the weights' moving
-# average since its sun2021-ema row measured it; the rows before that train without it (NO_EMA), as they ran.
-NO_EMA = ["callbacks.ema_decay=null"]
-SUN2021_RECIPE = "sun2021-ema"  # the row that trains conf/experiment/sun2021/brown.yaml as it is shipped
-SUN2021 = {
-    "sun2021": (NO_EMA, "the recipe without the moving average: 4 residual blocks, a window of 8 and 2 averages of "
-                        "the 24 before it, tied"),
-    "sun2021-depth1": ([*NO_EMA, "model.num_layers=1"], "depth: 1 block"),
-    "sun2021-depth2": ([*NO_EMA, "model.num_layers=2"], "depth: 2 blocks"),
-    "sun2021-no-residual": ([*NO_EMA, "model.residual=false"], "no residual sums"),
-    "sun2021-window4": ([*NO_EMA, "model.window=4"], "window of 4 (28 averaged)"),
-    "sun2021-window16": ([*NO_EMA, "model.window=16"], "window of 16 (16 averaged)"),
-    "sun2021-no-distant": ([*NO_EMA, "model.summaries=0", "model.context_size=8"],
-                           "no distant context: the window of 8 alone"),
-    "sun2021-untied": ([*NO_EMA, "model.tie_embeddings=false"], "output vectors apart from the input table"),
-    "sun2021-ema": (["callbacks.ema_decay=0.9995"], "the recipe: validated and tested on the weights' moving average "
-                                                    "(decay 0.9995)"),
-}
 SUN2021_PATIENCE, SUN2021_MAX_EPOCHS = 2, 40  # as conf/experiment/sun2021/brown.yaml
-SUN2021_GAIN = 0.05  # issue 27: the modern NPLM at least 5% below the best network of the table on test
 CORPUS = ["experiment=bengio2003/mlp1"]  # the n-grams count the networks' corpus (corpus=brown_bengio2003, picked by paper.yaml)
 
 
-def count_ngrams(keys: list[str], rerun: bool) -> None:
-    """Fit each missing n-gram row (each chosen one with `rerun`) on train and write its valid/test perplexity."""
+@functools.cache
+def corpus():
+    """The networks' corpus, loaded once per driver run (every n-gram row counts it)."""
+    return corpus_datamodule(CORPUS)
+
+
+def count_ngram(key: str, threads: int = 1) -> dict:
+    """Fit the n-gram row `key` on train; its valid/test perplexity."""
     from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
     from nplm.tracking.records import git_commit
 
-    todo = [k for k in keys if rerun or not (RESULTS / f"ngram-{k}.json").exists()]
-    if not todo:
-        return
-    dm = corpus_datamodule(CORPUS)
-    for key in todo:
-        start = time.perf_counter()
-        if key.startswith("class"):
-            model = class_ngram(int(key[5:]), dm)
-        else:
-            model = build_ngram(key, dm)
-        fit_s = time.perf_counter() - start
-        result = {"row": key, "label": NGRAMS[key][0], "fit_s": round(fit_s, 1), "machine": machine(),
-                  "git_commit": git_commit(),
-                  "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
-                  "min_count": getattr(model, "min_count", None),
-                  "command": f"python experiments/bengio2003/run.py --rows {key}",
-                  **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
-        if write_result(RESULTS, f"ngram-{key}", result):
-            print(f"{key}: valid {result['valid']:.1f} test {result['test']:.1f} ({fit_s:.0f} s)", flush=True)
+    dm, start = corpus(), time.perf_counter()
+    model = class_ngram(int(key[5:]), dm) if key.startswith("class") else build_ngram(key, dm)
+    return {"row": key, "label": NGRAMS[key][0], "fit_s": round(time.perf_counter() - start, 1), "machine": machine(),
+            "git_commit": git_commit(), "model": model.name, "word_smoothing": getattr(model, "word_smoothing", None),
+            "min_count": getattr(model, "min_count", None),
+            "command": f"python experiments/bengio2003/run.py --rows {key}",
+            **{split: perplexity(ngram_log_probs(model, dm, split)) for split in ("valid", "test")}}
 
 
-def train_network(recipe: str, row: str, threads: int, rerun: bool, lr: float | None = None,
-                  extra: list[str] = ()) -> None:
-    """Train (or resume; with `rerun`, go on from the last checkpoint of a finished run) one network row,
-    then mix it with the interpolated trigram. `lr`: the `converged` recipe's step size for this run;
-    `extra`: overrides that do not change what is trained (trainer=gpu, logger=csv, trainer.max_time)."""
+def network_rows(lrs: list[float]) -> dict[str, tuple[str, str, float | None]]:
+    """Every network row under every recipe: name -> (recipe, row of Table 1, step size). `paper` has no row
+    WIDE; `converged` one run per step size in `lrs` (eps_0 per batch of 128)."""
+    return {f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else ""): (recipe, row, lr)
+            for recipe in RECIPES for row in NETWORKS if not (recipe == "paper" and NETWORKS[row][4] is None)
+            for lr in (lrs if recipe == "converged" else [None])}
+
+
+def rows(lrs: list[float]) -> dict[str, Row]:
+    """The n-grams counted, the networks trained once under each recipe (their configured epochs, or early
+    stopping), the modern NPLM's rows trained to early stopping across calls."""
+    networks = {name: Row([f"experiment=bengio2003/{row}" if recipe == "paper" else
+                           f"experiment=[bengio2003/{row},bengio2003/{recipe}]",
+                           *([f"optimizer.lr={lr:g}"] if lr is not None else [])])
+                for name, (recipe, row, lr) in network_rows(lrs).items()}
+    return {**{f"ngram-{key}": Row(measure=functools.partial(count_ngram, key)) for key in NGRAMS}, **networks,
+            **{row: Row(["experiment=sun2021/brown", *overrides], max_epochs=SUN2021_MAX_EPOCHS,
+                        patience=SUN2021_PATIENCE) for row, (overrides, _) in SUN2021.items()}}
+
+
+def row_result(name: str, row: Row, record: dict) -> dict:
+    """A network's result (mixed with the interpolated trigram, 0.5/0.5 and EM), or a modern NPLM row's."""
     from nplm.inference.mixture import mix
-
-    name = f"{recipe}-{row}" + (f"-lr{lr:g}" if lr is not None else "")
-    if not rerun and load_result(RESULTS, name):
-        print(f"{name}: done, skipping")
-        return
-    experiment = f"bengio2003/{row}" if recipe == "paper" else f"[bengio2003/{row},bengio2003/{recipe}]"
-    overrides = [f"experiment={experiment}"] + ([f"optimizer.lr={lr:g}"] if lr is not None else [])
-    record = train_row(name, [*overrides, *extra], OUT / recipe / name, threads, rerun)
-    if record is None:
-        return
-    mixed = mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)
-    summary = run_summary(record, "nplm-train " + " ".join([*overrides, *extra]))
-    import torch
-
-    if torch.cuda.is_available():  # the run's own record names the CPU only
-        summary["machine"] += f", {torch.cuda.get_device_name()}"
-    result = {"row": row, "recipe": recipe, "lr": lr, **summary,
-              "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2), "mixture": mixed}
-    if write_result(RESULTS, name, result):
-            print(f"{name}: valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
-              f"{mixed['test']['mix_fixed']:.1f}", flush=True)
-
-
-def train_sun2021(row: str, threads: int, deadline: float | None, extra: list[str] = ()) -> None:
-    """Train one modern-NPLM row to early stopping (resumable across calls; `deadline`: see
-    replication.train_to_convergence) and write its result."""
     from nplm.training.checkpoint import load_model
 
-    overrides = ["experiment=sun2021/brown", *SUN2021[row][0]]
-    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads, deadline,
-                                              SUN2021_PATIENCE, SUN2021_MAX_EPOCHS)
-    if record is None:
-        return
-    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)),
-              "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
-              "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
-              "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
-              "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
-    if write_result(RESULTS, row, result):
-        print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}, {result['epochs']} epochs "
-              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+    summary = run_summary(record, "nplm-train " + " ".join(row.overrides))
+    if name in SUN2021:
+        return {"row": name, **summary, "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
+                "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
+                "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
+                "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
+    recipe, network, lr = NETWORK_OF[name]
+    return {"row": network, "recipe": recipe, "lr": lr, **summary,
+            "stopped_by": stopped_by(record["history"], patience=3 if recipe == "converged" else 2),
+            "mixture": mix(record["best_checkpoint"], "interpolated-trigram", 0.5, data_dir=DATA_DIR)}
 
 
-# -- the README ------------------------------------------------------------------------------------
-def _load(name: str) -> dict | None:
-    """A row's result; for `converged-<row>`, the step size with the best validation perplexity, with
-    every candidate's validation perplexity under "lr_candidates"."""
-    if name.startswith("converged-"):
-        runs = [r for path in sorted(RESULTS.glob(f"{name}-lr*.json")) if (r := load_result(RESULTS, path.stem))]
-        if not runs:
-            return None
-        best = min(runs, key=lambda r: r["valid"])
-        return {**best, "lr_candidates": {f"{r['lr']:g}": round(r["valid"], 1) for r in runs}}
-    return load_result(RESULTS, name)
+def said(result: dict) -> str:
+    if "mixture" in result:
+        return (f"valid {result['valid']:.1f} test {result['test']:.1f}, mixed test "
+                f"{result['mixture']['test']['mix_fixed']:.1f}")
+    line = f"valid {result['valid']:.1f} test {result['test']:.1f}"
+    return line + (f", {result['epochs']} epochs (best {result['best_epoch']}), stopped by {result['stopped_by']}"
+                   if "epochs" in result else f" ({result['fit_s']:.0f} s)")
 
 
 def tables() -> str:
-    lines = ["| row | n | h | m | direct | mix | published valid / test | `paper` recipe (20 epochs) | `modern` recipe "
-             "| `converged` (paper recipe, early stopping) |",
-             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
-    for row, (n, h, m, direct, alone, mixed, mixed_name) in NETWORKS.items():
-        runs = {r: _load(f"{r}-{row}") for r in RECIPES}
-        cells = [valid_test(runs[r]["valid"], runs[r]["test"]) + row_marks(runs[r]) if runs[r] else "" for r in RECIPES]
-        published = valid_test(*alone) if alone else "not in the paper"
-        lines.append(f"| {row.upper()} | {n} | {h} | {m} | {'yes' if direct else 'no'} | no | {published} | "
-                     + " | ".join(cells) + " |")
-        cells = [valid_test(runs[r]["mixture"]["valid"]["mix_fixed"], runs[r]["mixture"]["test"]["mix_fixed"])
-                 + row_marks(runs[r]) if runs[r] else "" for r in RECIPES]
-        lines.append(f"| {mixed_name} | {n} | {h} | {m} | {'yes' if direct else 'no'} | yes | "
-                     f"{valid_test(*mixed) if mixed else 'not in the paper'} | "
-                     + " | ".join(cells) + " |")
-    for key, (label, published) in NGRAMS.items():
-        got = _load(f"ngram-{key}")
-        lines.append(f"| {label} | | | | | | {valid_test(*published) if published else ''} | "
-                     f"{valid_test(got['valid'], got['test']) + row_marks(got) if got else ''} | |")
-    lines += ["", "Mixture weights fitted by EM on validation (network share w; 0.5/0.5 above):", "",
-              "| row | recipe | w | valid | test | network alone, test |", "|---|---|---:|---:|---:|---:|"]
-    runs_table = ["| row | recipe | epochs | best epoch | stopped by | step sizes tried: valid | train s/epoch | "
-                  "training time, all epochs (min) | command | machine |",
-                  "|---|---|---:|---:|---|---|---:|---:|---|---|"]
-    for row in NETWORKS:
-        for recipe in RECIPES:
-            got = _load(f"{recipe}-{row}")
-            if not got:
-                continue
-            mixed = got["mixture"]
-            lines.append(f"| {row.upper()} | {recipe}{row_marks(got)} | {mixed['weights']['em']:.2f} | {mixed['valid']['mix_em']:.1f} | "
-                         f"{mixed['test']['mix_em']:.1f} | {got['test']:.1f} |")
-            stopped = got.get("stopped_by", "")
-            tried = ", ".join(f"{lr}: {v}" for lr, v in got.get("lr_candidates", {}).items())
-            runs_table.append(f"| {row.upper()} | {recipe}{row_marks(got)} | {got['epochs']} | {got['best_epoch']} | {stopped} | {tried} | "
-                              f"{got['train_s_per_epoch']:.0f} | {got['train_s_per_epoch'] * got['epochs'] / 60:.0f} | "
-                              f"`{got['command']}` | "
-                              f"{got['machine']} |")
-    shown = [r for name in [*(f"{recipe}-{row}" for recipe in RECIPES for row in NETWORKS),
-                            *(f"ngram-{key}" for key in NGRAMS), *SUN2021] if (r := _load(name))]
-    unfinished = ["", f"`{replication.UNFINISHED}`: stopped by a time limit before early stopping: shown, not counted by the "
-                      "lines below."] if not all(map(finished, shown)) else []
-    return ("\n".join(lines + unfinished + ["", "Runs:", ""] + runs_table) + "\n\n" + conclusions() + "\n\n"
-            + sun2021_table() + "\n" + "".join(f"\n{line}\n" for line in provenance_footnote(shown)))
-
-
-
-def best_network() -> tuple[str, float] | None:
-    """(row, test perplexity) of the best finished network of Table 1 under any recipe."""
-    nets = [(f"{row.upper()} `{recipe}`", r["test"]) for row in NETWORKS for recipe in RECIPES
-            if (r := _load(f"{recipe}-{row}")) and finished(r)]
-    return min(nets, key=lambda t: t[1]) if nets else None
+    return report.tables(DRIVER.results)
 
 
 def sun2021_table() -> str:
-    """The modern NPLM's rows: the recipe, and what each part is worth (test perplexity with it changed)."""
-    best = best_network()
-    base, recipe = _load("sun2021"), _load(SUN2021_RECIPE)  # the ablations' base (no averaging); the recipe as shipped
-    lines = ["## The modern NPLM (Sun & Iyyer 2021) on this protocol", "",
-             "`experiment=sun2021/brown` ([brown.yaml](../../conf/experiment/sun2021/brown.yaml)) and one part "
-             "changed at a time (`python experiments/bengio2003/run.py --rows sun2021,sun2021-depth1,...`). The recipe "
-             "validates on the weights' moving average since the row sun2021-ema measured it; every other row trains "
-             "without it (`callbacks.ema_decay=null`), as they ran before that change (their recorded commands "
-             "predate it); every "
-             "row trained to early stopping (patience 2); epochs trained / best, * = stopped before early "
-             "stopping (a `--budget-s`; the next call goes on); empty = not run yet.", "",
-             "| row | change | parameters | valid / test | test vs sun2021 | test vs "
-             + (f"{best[0]} ({best[1]:.1f})" if best else "the best network") + " | epochs | stopped by | s / epoch |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
-    for row, (_, change) in SUN2021.items():
-        r = _load(row)
-        if not r:
-            lines.append(f"| {row} | {change} |  |  |  |  |  |  |  |")
-            continue
-        star = "" if r["converged"] else "*"
-        versus = pct(r['test'], base['test']) if base else ""
-        lines.append(f"| {row}{provenance_mark(r)} | {change} | {r['parameters']:,} | {valid_test(r['valid'], r['test'], 1)} | {versus} | "
-                     + (pct(r['test'], best[1]) if best else "")
-                     + f" | {r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {r['train_s_per_epoch']:.0f} |")
-    lines += ["", *sun2021_parts(base), ""]
-    if best is None:
-        return "\n".join(lines + ["Target: no network of Table 1 has a result yet."])
-    goal = (1 - SUN2021_GAIN) * best[1]
-    target = f"Target (issue 27): test {goal:.1f} or lower, {100 * SUN2021_GAIN:.0f}% below {best[0]} ({best[1]:.1f}): "
-    if not recipe:
-        return "\n".join(lines + [target + "not measured (the row has not run)."])
-    if not finished(recipe):
-        return "\n".join(lines + [target + f"not judged: the row has not finished ({recipe['stopped_by']}; "
-                                            f"test {recipe['test']:.1f} so far)."])
-    met = recipe["test"] <= goal
-    lines.append(target + f"{recipe['test']:.1f}, {100 * (1 - recipe['test'] / best[1]):.1f}% below "
-                 + f"({'met' if met else 'missed by ' + format(recipe['test'] - goal, '.1f')}).")
-    return "\n".join(lines)
+    return report.sun2021_table(DRIVER.results)
 
 
-def sun2021_parts(recipe: dict | None) -> list[str]:
-    """What each part is worth: the rows that change one part of `recipe` (the row sun2021), the costliest first."""
-    changed = [(row, r) for row in SUN2021 if row != "sun2021" and (r := _load(row))]
-    if not recipe or not changed:
-        return []
-    lines = [f"What each part is worth, the costliest change first (test perplexity with the change, against "
-             f"sun2021's {recipe['test']:.1f}; valid against its {recipe['valid']:.1f}):", ""]
-    for row, r in sorted(changed, key=lambda item: -item[1]["test"]):
-        lines.append(f"- {SUN2021[row][1]}: test {r['test']:.1f} ({pct(r['test'], recipe['test'])}), "
-                     f"valid {r['valid']:.1f} ({pct(r['valid'], recipe['valid'])})"
-                     + ("" if r["converged"] else "; not yet at early stopping, so an upper bound"))
-    return lines
+NETWORK_OF = network_rows([float(DEFAULT_LRS)])
+DRIVER = Driver(HERE, rows([float(DEFAULT_LRS)]), row_result, tables, said=said)
 
 
-def conclusions() -> str:
-    """The paper's two claims, checked on our numbers where the rows exist."""
-    ngram_tests = {k: r["test"] for k in NGRAMS if (r := _load(f"ngram-{k}"))}
-    out = []
-    for recipe in RECIPES:
-        loaded = {row: r for row in NETWORKS if (r := _load(f"{recipe}-{row}"))}
-        nets = {row: r for row, r in loaded.items() if finished(r)}
-        left_out = [row.upper() for row in loaded if row not in nets]
-        if not nets or not ngram_tests:
-            continue
-        best_row = min(nets, key=lambda row: nets[row]["test"])
-        best_ngram = min(ngram_tests, key=ngram_tests.get)
-        gain = 1 - nets[best_row]["test"] / ngram_tests[best_ngram]
-        helps = sum(r["mixture"]["test"]["mix_fixed"] < r["test"] for r in nets.values())
-        out.append(f"- `{recipe}`" + (f" ({', '.join(left_out)} not finished, left out)" if left_out else "")
-                   + f": the best network, {best_row.upper()}, test {nets[best_row]['test']:.1f}, is {100 * abs(gain):.1f}% "
-                   f"{'below' if gain >= 0 else 'above'} the best n-gram ({best_ngram}) {ngram_tests[best_ngram]:.1f} "
-                   f"(paper: networks beat the best "
-                   f"n-gram by >= 15%). Mixing with the trigram lowers test perplexity for {helps} of {len(nets)} networks. "
-                   f"The paper's best mixture, MLP10, scored {BEST_PUBLISHED_MIX}; {best_row.upper()} alone is "
-                   f"{'below' if nets[best_row]['test'] < BEST_PUBLISHED_MIX else 'above'} it.")
-        gaps = []  # test perplexity against the published row's, alone and mixed
-        for row, r in nets.items():
-            _, _, _, _, alone, mixed, mixed_name = NETWORKS[row]
-            if alone:
-                gaps += [(row.upper(), r["test"] / alone[1] - 1), (mixed_name, r["mixture"]["test"]["mix_fixed"] / mixed[1] - 1)]
-        if gaps:
-            within = [name for name, gap in gaps if gap <= 0.05]
-            out.append(f"  Test perplexity against the published row: "
-                       + ", ".join(f"{name} {100 * gap:+.1f}%" for name, gap in gaps)
-                       + f"; within 5% or better: {', '.join(within) or 'none'}.")
-    ngram_gaps = [(NGRAMS[k][0], r["test"] / NGRAMS[k][1][1] - 1) for k in NGRAMS
-                  if NGRAMS[k][1] and (r := _load(f"ngram-{k}"))]
-    if ngram_gaps:
-        out.append("- n-grams, test perplexity against the published row: "
-                   + ", ".join(f"{label} {100 * gap:+.1f}%" for label, gap in ngram_gaps) + ".")
-    return "\n".join(out)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", default=",".join(RECIPES), help="paper,modern (default both)")
-    parser.add_argument("--rows", default="", help="comma-separated: mlp1..mlp9, wide and n-gram keys (default all)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per network run (default 2)")
-    parser.add_argument("--lrs", default=DEFAULT_LRS,
-                        help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
-    parser.add_argument("--extra", default="", help="overrides for every network run that leave the model and "
-                        "recipe alone, e.g. 'trainer=gpu logger=csv trainer.max_time=00:00:20:00'")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help="the sun2021 rows stop by this many seconds after the start (the next call goes on)")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
-    parser.add_argument("--rerun", action="store_true",
-                        help="redo the chosen rows though they have results: count the n-grams again, and train "
-                             "the networks on from their last checkpoint (after raising a recipe's max_epochs); "
-                             "delete outputs/bengio2003/<recipe>/<row> to train one from scratch")
-    args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    chosen = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021]
-    unknown = sorted(set(chosen) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
-    recipes = args.recipes.split(",")
+def choose(args) -> list[str]:
+    """--rows of Table 1 (mlp1..mlp9, wide) under each of --recipes, n-gram keys and modern NPLM rows."""
+    global NETWORK_OF
+    lrs = [float(x) for x in args.lrs.split(",")]
+    NETWORK_OF, DRIVER.rows = network_rows(lrs), rows(lrs)
+    picked, recipes = args.rows.split(",") if args.rows else [*NGRAMS, *NETWORKS, *SUN2021], args.recipes.split(",")
+    unknown = sorted(set(picked) - set(NGRAMS) - set(NETWORKS) - set(SUN2021))
     if unknown or set(recipes) - set(RECIPES):
-        raise SystemExit(f"unknown rows or recipes: {unknown or recipes}; rows are "
-                         f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, "
-                         f"recipes {', '.join(RECIPES)}")
-    if not args.report_only:
-        count_ngrams([k for k in chosen if k in NGRAMS], args.rerun)
-        for recipe in recipes:
-            for row in (r for r in chosen if r in NETWORKS and not (recipe == "paper" and NETWORKS[r][4] is None)):
-                lrs = [float(x) for x in args.lrs.split(",")] if recipe == "converged" else [None]
-                for lr in lrs:
-                    train_network(recipe, row, args.threads, args.rerun, lr, args.extra.split())
-        deadline = time.time() + args.budget_s if args.budget_s else None
-        for row in (r for r in chosen if r in SUN2021):
-            train_sun2021(row, args.threads, deadline, args.extra.split())
-    intro = (HERE / "INTRO.md").read_text()
-    (HERE / "README.md").write_text(intro + "\n" + tables())
-    print(tables())
+        bad_input(f"--rows, --recipes: unknown rows or recipes {unknown or recipes}; rows are "
+                  f"{', '.join([*NGRAMS, *NETWORKS, *SUN2021])}, recipes {', '.join(RECIPES)}")
+    return [name for name in DRIVER.rows if name.removeprefix("ngram-") in picked
+            or name in NETWORK_OF and NETWORK_OF[name][0] in recipes and NETWORK_OF[name][1] in picked]
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    parser = DRIVER.arguments(__doc__, "comma-separated: mlp1..mlp9, wide (under each of --recipes), n-gram keys, "
+                                       "sun2021 rows (default all)")
+    parser.add_argument("--recipes", default=",".join(RECIPES), help=f"of {', '.join(RECIPES)} (default all)")
+    parser.add_argument("--lrs", default=DEFAULT_LRS,
+                        help=f"the converged recipe's step sizes per batch of 128, one run each (default {DEFAULT_LRS})")
+    DRIVER.main(__doc__, parser, choose)

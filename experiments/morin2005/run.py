@@ -38,66 +38,36 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
-import replication
-from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, finished, load_result, machine, pct,
-                         provenance_footnote, provenance_mark, read_record, row_marks, run_summary, stopped_by,
-                         train_row, valid_test, write_result)
+from driver import Driver, Row, Wait, sibling
+from head_timing import best_of_rounds, examples_per_s, timing_batches
+from replication import (DATA_DIR, ROOT, class_ngram, corpus_datamodule, machine, read_record, run_summary,
+                         stopped_by, write_result)
 from nplm.tracking.records import git_commit
 from nplm.trees.wordnet import wordnet_installed
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-OUT = HERE.parents[1] / "outputs" / "morin2005"
 
 EXPERIMENT = ["experiment=morin2005/nplm"]  # its corpus: Brown, 10k words, 900k / 100k / rest
-TIMED = {  # row: (head, row-sparse updates of C)
-    "softmax": ("softmax", False), "importance_sampling": ("importance_sampling", False),
-    "hierarchical": ("hierarchical", False), "hierarchical, sparse C": ("hierarchical", True)}
-PUBLISHED_SPEEDUP = {"softmax": (1.0, 1.0), "importance_sampling": (68.7, 1.22), "hierarchical": (258.0, 193.0)}
-TREES = ("wordnet", "balanced", "random", "huffman", "brown", "learned")
-LOGISTIC = ["head.node_form=logistic"]
-# Mnih & Hinton (2009)'s learned trees, logistic nodes: (row suffix, tree options); "" is ADAPTIVE
-LEARNED = {"": [], "-balanced": ["tree.split=balanced"], "-eps0.25": ["tree.eps=0.25"], "-eps0.4": ["tree.eps=0.4"],
-           "-eps0.4-x2": ["tree.eps=0.4", "tree.runs=2"], "-eps0.4-x4": ["tree.eps=0.4", "tree.runs=4"]}
-NETWORKS = {  # row: (overrides, published test perplexity)
-    "nplm": (["experiment=morin2005/nplm"], 195.3),
-    "importance_sampling": (["experiment=morin2005/importance_sampling"], 192.6),
-    **{f"hierarchical-{tree}": (["experiment=morin2005/hierarchical", f"tree={tree}"], 220.7 if tree == "wordnet" else None)
-       for tree in TREES},
-    # the same trees with word2vec's / Mnih & Hinton's node, sigmoid(b_n + q_n . f): one F-vector per node
-    **{f"hierarchical-{tree}-logistic": (["experiment=morin2005/hierarchical", f"tree={tree}", *LOGISTIC], None)
-       for tree in TREES},
-    **{f"hierarchical-learned{suffix}-logistic": (["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC,
-                                                   *options], None) for suffix, options in LEARNED.items() if suffix},
-    # candidate fixes from probes.py: less dropout on the features the nodes read, a larger learning rate
-    # (each with the full softmax beside it, so that a fix of the recipe is not counted as one of the tree)
-    "hierarchical-brown-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=brown", *LOGISTIC,
-                                                 "model.dropout=0.25"], None),
-    "hierarchical-brown-logistic-lr3e-3": (["experiment=morin2005/hierarchical", "tree=brown", *LOGISTIC,
-                                            "optimizer.lr=0.003"], None),
-    "nplm-lr3e-3": (["experiment=morin2005/nplm", "optimizer.lr=0.003"], None),
-    "hierarchical-learned-eps0.4-x4-logistic-dropout0.25": (["experiment=morin2005/hierarchical", "tree=learned",
-                                                             *LOGISTIC, "tree.eps=0.4", "tree.runs=4",
-                                                             "model.dropout=0.25"], None),
-    "nplm-dropout0.25": (["experiment=morin2005/nplm", "model.dropout=0.25"], None),
-    # node vectors at zero and node biases at the unigram log-odds (probes.py: logistic-unigram-init)
-    **{f"hierarchical-learned{suffix}-logistic-unigram-init": (
-        ["experiment=morin2005/hierarchical", "tree=learned", *LOGISTIC, *LEARNED[suffix], "head.node_init=unigram"],
-        None) for suffix in ("", "-eps0.4-x2", "-eps0.4-x4")},
-    # depth-2 trees, not in the paper: frequency-bin classes, and the top 100 subtrees of the Brown tree
-    "two-level-classes": (["experiment=morin2005/class_based"], None),
-    "two-level-brown": (["experiment=morin2005/class_based", "head.classes=tree", "tree=brown"], None),
-}
-NGRAMS = {"interpolated-trigram": 268.7, "class500": 249.1}
+report = sibling(__file__, "report")  # the paper's tables, and the README's from the result files
+TIMED, NETWORKS, NGRAMS = report.TIMED, report.NETWORKS, report.NGRAMS
+reference = report.reference
+
+
+def tables() -> str:
+    return report.tables(DRIVER.results)
+
+
+def targets(softmax: dict | None) -> list[str]:
+    return report.targets(DRIVER.results, softmax)
+
+
 MAX_EPOCHS, PATIENCE = 100, 2  # --parallel: to convergence; MAX_EPOCHS is only a safety net
 CONVERGE = [f"trainer.max_epochs={MAX_EPOCHS}", f"callbacks.early_stopping_patience={PATIENCE}"]
-TEST_MARGIN_S = 90  # --budget-s: a row stops training this long before the budget ends (test pass, result)
 MIN_START_S = 240  # --budget-s: a row is not started with less than this left (at most a quarter of the budget)
 BOOT_EPOCHS = 5  # --parallel: a learned-tree row starts from its random-tree row after this many epochs of it
 SHAPES = {"balanced": {"name": "balanced"}, "huffman": {"name": "huffman"},
           "wordnet (binarise=balanced)": {"name": "wordnet"},
           "wordnet (binarise=kmeans)": {"name": "wordnet", "binarise": "kmeans"}}
-ROWS = ("timing", "tree-shapes", *NGRAMS, *NETWORKS)
 
 
 @functools.cache
@@ -107,7 +77,7 @@ def morin_corpus():
 
 
 # -- Tables 1 and 2: time per example ----------------------------------------------------------------
-def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int = 3) -> None:
+def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: int = 3) -> dict:
     """Training (forward, backward, Adam step; batch 256) and test (exact NLL of the next word; batch
     1024) examples/s of each output layer on the same network and the same Brown windows."""
     import torch
@@ -126,44 +96,28 @@ def measure_timing(threads: int, rounds: int = 3, steps: int = 20, warmup: int =
     V, counts = len(dm.vocab), dm.vocab.counts
     tree = build_tree({"name": "balanced"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
     shape = NPLMConfig(context_size=4, embed_dim=60, hidden_dim=50, direct=True)
-    order = torch.randperm(len(dm.windows["train"]), generator=torch.Generator().manual_seed(0))
-    train_batches = [dm.windows["train"][i] for i in order[: 256 * (steps + warmup)].split(256)]
-    test_batches = [dm.windows["test"][i] for i in torch.arange(1024 * (steps + warmup)).split(1024)]
+    train_batches, test_batches = timing_batches(dm, steps, warmup)
 
-    def rates(head_name: str, sparse: bool) -> tuple[float, float]:
+    def rates(timed: tuple[str, bool]) -> tuple[float, float]:
+        head_name, sparse = timed
         torch.manual_seed(0)
         model = NPLM(V, replace(shape, sparse_embeddings=sparse))
         head = build_head({"name": head_name}, model.feature_dim, V, counts, tree if head_name == "hierarchical" else None)
         optimizer = build_optimizer(torch.nn.ModuleList([model, head]), {"name": "adam", "lr": 1e-3})
-        model.train(), head.train()
-        for i, (context, target) in enumerate(train_batches):
-            if i == warmup:
-                start = time.perf_counter()
+
+        def step(context, target):
             optimizer.zero_grad(set_to_none=True)
             backprop.mean_loss_backward(model, head, context, target)  # as nplm-train: softmax by hand
             step_without_profiler(optimizer)
-        train_rate = 256 * steps / (time.perf_counter() - start)
-        model.eval(), head.eval()
-        with torch.no_grad():
-            for i, (context, target) in enumerate(test_batches):
-                if i == warmup:
-                    start = time.perf_counter()
-                head.nll(model(context), target)
-        return train_rate, 1024 * steps / (time.perf_counter() - start)
+        return examples_per_s(model, head, step, train_batches, test_batches, warmup)
 
-    best: dict[str, list[float]] = {}
-    for _ in range(rounds):  # interleaved, best of each: robust to other load on the machine
-        for name, (head_name, sparse) in TIMED.items():
-            train_rate, test_rate = rates(head_name, sparse)
-            old = best.get(name, [0.0, 0.0])
-            best[name] = [max(old[0], train_rate), max(old[1], test_rate)]
-    write_result(RESULTS, "timing", {"vocab_size": V, "train_tokens": len(dm.ids["train"]), "machine": machine(),
-                                     "git_commit": git_commit(),
-                                     "rounds": rounds, "steps": steps, "examples_per_s": best,
-                                     "command": "python experiments/morin2005/run.py --rows timing"})
+    best = best_of_rounds(rates, TIMED, rounds)
+    return {"vocab_size": V, "train_tokens": len(dm.ids["train"]), "machine": machine(), "git_commit": git_commit(),
+            "rounds": rounds, "steps": steps, "examples_per_s": best,
+            "command": "python experiments/morin2005/run.py --rows timing"}
 
 
-def tree_shapes() -> None:
+def tree_shapes(threads: int = 1) -> dict:
     """Depth and code length of the fixed trees on the rows' vocabulary, without training (the WordNet
     binarisations side by side)."""
     from nplm.trees import TreeContext, build_tree
@@ -172,25 +126,24 @@ def tree_shapes() -> None:
     ctx = TreeContext(dm.vocab, dm.ids["train"], dm.vocab.counts, 1234, DATA_DIR)
     shapes = {name: build_tree(dict(cfg), ctx).stats(dm.vocab.counts) for name, cfg in SHAPES.items()
               if "wordnet" not in name or wordnet_installed()}
-    write_result(RESULTS, "tree-shapes", {"vocab_size": len(dm.vocab), "trees": shapes, "git_commit": git_commit(),
-                                          "command": "python experiments/morin2005/run.py --rows tree-shapes"})
+    return {"vocab_size": len(dm.vocab), "trees": shapes, "git_commit": git_commit(),
+            "command": "python experiments/morin2005/run.py --rows tree-shapes"}
 
 
 # -- Table 3: perplexity -----------------------------------------------------------------------------
-def count_ngram(key: str) -> None:
+def count_ngram(key: str, threads: int = 1) -> dict:
     from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
 
     dm = morin_corpus()
     start = time.perf_counter()
     model = class_ngram(int(key[5:]), dm) if key.startswith("class") else build_ngram(key, dm)
-    write_result(RESULTS, key, {"row": key, "model": model.name, "fit_s": round(time.perf_counter() - start, 1),
-                                "machine": machine(), "git_commit": git_commit(),
-                                "command": f"python experiments/morin2005/run.py --rows {key}",
-                                **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}})
+    return {"row": key, "model": model.name, "fit_s": round(time.perf_counter() - start, 1), "machine": machine(),
+            "git_commit": git_commit(), "command": f"python experiments/morin2005/run.py --rows {key}",
+            **{s: perplexity(ngram_log_probs(model, dm, s)) for s in ("valid", "test")}}
 
 
-def network_result(row: str, record: dict, overrides: list[str]) -> dict:
-    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(overrides)), "converged": converged(record)}
+def network_result(row: str, spec: Row, record: dict) -> dict:
+    result = {"row": row, **run_summary(record, "nplm-train " + " ".join(spec.overrides)), "converged": converged(record)}
     if record.get("tree"):
         result["tree"] = record["tree"]
     return result
@@ -205,15 +158,6 @@ def converged(record: dict) -> bool:
     return stopped_by(history, PATIENCE) == "early stopping" or len(history) >= MAX_EPOCHS
 
 
-def train_network(row: str, threads: int, rerun: bool) -> None:
-    overrides = NETWORKS[row][0]
-    record = train_row(row, overrides, OUT / row, threads, rerun)
-    if record is not None:
-        result = network_result(row, record, overrides)
-        if write_result(RESULTS, row, result):
-            print(f"{row}: valid {result['valid']:.1f} test {result['test']:.1f}", flush=True)
-
-
 def bootstrap_row(row: str) -> str | None:
     """The random-tree row whose model a learned-tree row clusters (same node form), or None."""
     if "-learned" not in row:
@@ -224,21 +168,21 @@ def bootstrap_row(row: str) -> str | None:
 def bootstrap_checkpoint(dep: str) -> Path | None:
     """The first model for the learned-tree rows of `dep` (a random-tree row): its best checkpoint once
     it has finished, or before that a copy of its last checkpoint once it has trained BOOT_EPOCHS
-    epochs (OUT/<dep>-bootstrap.ckpt, kept for the rows that start later); None while neither."""
+    epochs (outputs/morin2005/<dep>-bootstrap.ckpt, kept for the rows that start later); None while neither."""
     import torch
 
-    record = read_record(OUT / dep)
+    record = read_record(DRIVER.runs / dep)
     if record and record.get("status") == "finished":
         return Path(record["best_checkpoint"])
-    snapshot = OUT / f"{dep}-bootstrap.ckpt"
+    snapshot = DRIVER.runs / f"{dep}-bootstrap.ckpt"
     if snapshot.exists():
         return snapshot
-    history = OUT / dep / "metrics.csv"
+    history = DRIVER.runs / dep / "metrics.csv"
     if not history.exists() or len(history.read_text().splitlines()) - 1 < BOOT_EPOCHS:
         return None
     partial = snapshot.with_suffix(".tmp")
     try:  # last.ckpt may be half-written right now: copy, check it loads, else try again later
-        partial.write_bytes((OUT / dep / "checkpoints" / "last.ckpt").read_bytes())
+        partial.write_bytes((DRIVER.runs / dep / "checkpoints" / "last.ckpt").read_bytes())
         torch.load(partial, map_location="cpu", weights_only=True)
     except Exception:
         return None
@@ -247,7 +191,7 @@ def bootstrap_checkpoint(dep: str) -> Path | None:
 
 
 def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float | None,
-                   extra: list[str] | None = None) -> None:
+                   extra: list[str] | None = None, margin_s: float = 90) -> None:
     """Train `rows` (network rows) `parallel` at a time, one process each (threads=1), to convergence;
     see the module docstring. Results are written as each row ends; a row that fails is reported and
     the others go on."""
@@ -266,23 +210,23 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
                 continue
             log.close()
             del running[row]
-            record = read_record(OUT / row)
+            record = read_record(DRIVER.runs / row)
             if proc.returncode == 0 and record and record.get("status") == "finished":
-                result = network_result(row, record, overrides)
-                if write_result(RESULTS, row, result):
+                result = network_result(row, ROWS[row], record)
+                if write_result(DRIVER.results, row, result):
                     print(f"[{time.time() - start:6.0f} s] {row}: valid {result['valid']:.1f} test "
                           f"{result['test']:.1f}, {result['epochs']} epochs (best {result['best_epoch']}), "
                           f"{'converged' if result['converged'] else 'NOT converged'}", flush=True)
             else:
-                print(f"[{time.time() - start:6.0f} s] {row}: exit {proc.returncode}; see {OUT / row}.log", flush=True)
+                print(f"[{time.time() - start:6.0f} s] {row}: exit {proc.returncode}; see {DRIVER.runs / row}.log", flush=True)
         for row in list(pending):
             if len(running) >= parallel:
                 break
-            record = read_record(OUT / row)
+            record = read_record(DRIVER.runs / row)
             if record and converged(record):
                 pending.remove(row)
-                if write_result(RESULTS, row, network_result(row, record, NETWORKS[row][0])):
-                    print(f"{row}: converged earlier, result rewritten from {OUT / row}", flush=True)
+                if write_result(DRIVER.results, row, network_result(row, ROWS[row], record)):
+                    print(f"{row}: converged earlier, result rewritten from {DRIVER.runs / row}", flush=True)
                 continue
             bootstrap = []
             if (dep := bootstrap_row(row)) is not None:
@@ -300,14 +244,14 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
                       flush=True)
                 continue
             pending.remove(row)
-            run_dir = OUT / row
-            overrides = NETWORKS[row][0]
+            run_dir = DRIVER.runs / row
+            overrides = ROWS[row].overrides
             command = [*overrides, *CONVERGE, *(extra or []), *bootstrap, "threads=1", "logger=none",
                        f"hydra.run.dir={run_dir}"]
             if device == "gpu":
                 command.append("trainer=gpu")
             if deadline is not None:
-                command.append(f"stop_at={deadline - min(TEST_MARGIN_S, budget_s / 10):.0f}")
+                command.append(f"stop_at={deadline - min(margin_s, budget_s / 10):.0f}")
             if (run_dir / "checkpoints" / "last.ckpt").exists():
                 command.append(f"resume={run_dir}")
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -318,129 +262,6 @@ def train_parallel(rows: list[str], parallel: int, device: str, budget_s: float 
         time.sleep(1)
 
 
-# -- the README --------------------------------------------------------------------------------------
-def tables() -> str:
-    lines = []
-    timing = load_result(RESULTS, "timing")
-    if timing:
-        rates = timing["examples_per_s"]
-        lines += [f"Tables 1 and 2, time per example (|V| = {timing['vocab_size']:,}; {timing['machine']}; "
-                  f"best of {timing['rounds']} interleaved rounds of {timing['steps']} batches):", "",
-                  "| output layer | train ms/example | train speed-up | published | test ms/example | test speed-up | published |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for name in TIMED:
-            if name not in rates:
-                continue
-            train_rate, test_rate = rates[name]
-            pub_train, pub_test = PUBLISHED_SPEEDUP.get(name, ("", ""))
-            lines.append(f"| {name}{provenance_mark(timing)} | {1000 / train_rate:.4f} | {train_rate / rates['softmax'][0]:.1f} | {pub_train} | "
-                         f"{1000 / test_rate:.4f} | {test_rate / rates['softmax'][1]:.2f} | {pub_test} |")
-    lines += ["", "Table 3, perplexity (epochs: trained / best; * = stopped by the epoch cap or the time budget, "
-                  "not by early stopping):", "",
-              "| model | published test | ours valid / test | vs softmax | epochs | train s/epoch |",
-              "|---|---:|---:|---:|---:|---:|"]
-    softmax = load_result(RESULTS, "nplm")
-    for key, published in [*NGRAMS.items(), *((k, v[1]) for k, v in NETWORKS.items())]:
-        got = load_result(RESULTS, key)
-        if got is None and key not in NGRAMS and key != "nplm":
-            continue
-        vs = pct(got['test'], softmax['test']) if got and softmax else ""
-        epochs = ""
-        if got and got.get("epochs"):
-            epochs = f"{got['epochs']} / {got.get('best_epoch', '')}{'' if finished(got) else '*'}"
-        lines.append(f"| {key}{provenance_mark(got)} | {published or ''} | {valid_test(got['valid'], got['test'], 1) if got else ''} | "
-                     f"{vs} | {epochs} | {got.get('train_s_per_epoch', '') if got else ''} |")
-    tree_rows = [(k + provenance_mark(r), r["tree"]) for k in NETWORKS
-                 if (r := load_result(RESULTS, k)) and r.get("tree")]
-    if tree_rows:
-        lines += ["", "Trees (depth: mean / max path length; code: expected path length under the unigram, "
-                      "bits; a multi-code word's depth is the mean over its codes):", "",
-                  "| row | tree | mean depth | max depth | code bits | entropy bits | codes per word |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
-        for key, tree in tree_rows:
-            lines.append(f"| {key} | {tree['kind']} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
-                         f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} | "
-                         f"{tree.get('codes_per_word', 1.0):.2f} |")
-    shapes = load_result(RESULTS, "tree-shapes")
-    if shapes:
-        lines += ["", f"Tree shapes before training (`--rows tree-shapes`, |V| = {shapes['vocab_size']:,}):", "",
-                  "| tree | mean depth | max depth | code bits | entropy bits |", "|---|---:|---:|---:|---:|"]
-        for name, tree in shapes["trees"].items():
-            lines.append(f"| {name}{provenance_mark(shapes)} | {tree['mean_depth']:.1f} | {tree['max_depth']} | "
-                         f"{tree['expected_code_length_bits']:.2f} | {tree['unigram_entropy_bits']:.2f} |")
-    probes = load_result(RESULTS, "probes")
-    if probes:
-        lines += ["", "Probes (`probes.py`, 1 thread; validation perplexity after each epoch, a quarter of the "
-                      "training set per epoch unless the name says @N full epochs; balanced tree, Morin-Bengio "
-                      "nodes, dropout 0.5, Adam 1e-3 unless the overrides say otherwise):", "",
-                  "| probe | overrides | valid per epoch | codes per word | wall s |", "|---|---|---|---:|---:|"]
-        for name, probe in probes.items():
-            changed = [o for o in probe["overrides"] if not o.startswith(("logger=", "trainer.", "callbacks."))]
-            lines.append(f"| {name}{provenance_mark(probe)} | {' '.join(changed)} | {' → '.join(f'{v:.1f}' for v in probe['valid'])} | "
-                         f"{probe.get('codes_per_word', '')} | {probe['s']} |")
-    lines += targets(softmax)
-    for key, classes in (("two-level-classes", "frequency bins"), ("two-level-brown", "Brown-tree classes")):
-        if softmax and (two := load_result(RESULTS, key)):
-            lines += ["", f"Two-level tree (class-based output layer, {classes}): "
-                          f"test {two['test']:.1f}{row_marks(two)}, "
-                          f"{pct(two['test'], softmax['test'])} vs the full softmax."]
-    shown = [load_result(RESULTS, key) for key in [*NGRAMS, *NETWORKS, "timing", "tree-shapes"]]
-    shown += list((probes or {}).values())
-    lines += ["", *provenance_footnote(r for r in shown if r)]
-    return "\n".join(lines) + "\n"
-
-
-def reference(row: str) -> str:
-    """The full-softmax row with the same recipe as `row` (rows named -dropout0.25 / -lr3e-3 change it)."""
-    for fix in ("-dropout0.25", "-lr3e-3"):
-        if row.endswith(fix):
-            return "nplm" + fix
-    return "nplm"
-
-
-def targets(softmax: dict | None) -> list[str]:
-    """Issue 17's targets, each from the result files: the best single-code tree within 5% of the full
-    softmax, a learned tree better than the balanced, random and Huffman ones, a multi-code tree at or
-    below the softmax, hierarchical training >= 10x faster per example."""
-    trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(RESULTS, k)) and finished(r)}
-    if not softmax or not finished(softmax) or not trees:
-        return []
-
-    def vs(row: str) -> str:
-        name = reference(row)
-        ref, missing = load_result(RESULTS, name), ""
-        if ref is None or not finished(ref):  # a fix row whose softmax partner has not run (or finished): say so,
-            # and compare with the base one
-            name, ref, missing = "nplm", softmax, f" ({name}, the same recipe's softmax, not run yet)"
-        change = 100 * (trees[row]["test"] / ref["test"] - 1)
-        return f"{row} {trees[row]['test']:.1f}, {change:+.1f}% vs {name} {ref['test']:.1f}{missing}"
-
-    def codes(row: str) -> float:
-        return trees[row].get("tree", {}).get("codes_per_word", 1.0)
-
-    out = ["", "Targets (test perplexity against the full softmax with the same recipe):", ""]
-    single = [k for k in trees if codes(k) == 1.0]
-    if single:
-        out.append(f"- best single-code tree (target: within +5%): {vs(min(single, key=lambda k: trees[k]['test']))}")
-    fixed = {k: trees[k]["test"] for k in single if any(t in k for t in ("-balanced", "-random", "-huffman"))
-             and "-learned" not in k}
-    learned = {k: trees[k]["test"] for k in single if "-learned" in k}
-    if fixed and learned:
-        best_learned, best_fixed = min(learned, key=learned.get), min(fixed, key=fixed.get)
-        out.append(f"- best single-code learned tree {best_learned} {learned[best_learned]:.1f} against the best "
-                   f"balanced/random/Huffman tree {best_fixed} {fixed[best_fixed]:.1f} (target: lower)")
-    multi = [k for k in trees if codes(k) > 1.0]
-    if multi:
-        best = min(multi, key=lambda k: trees[k]["test"])
-        out.append(f"- best multi-code tree ({codes(best):.2f} codes per word; target: at or below): {vs(best)}")
-    timing = load_result(RESULTS, "timing")
-    if timing:
-        rates = timing["examples_per_s"]
-        out.append(f"- hierarchical training {rates['hierarchical'][0] / rates['softmax'][0]:.1f}x faster per "
-                   "example than the softmax (Table 1; target: at least 10x)")
-    return out
-
-
 def priority(row: str) -> int:
     """Launch order: the first models of the learned trees, then the slowest rows, then the rest."""
     if row in ("hierarchical-random", "hierarchical-random-logistic"):
@@ -448,41 +269,32 @@ def priority(row: str) -> int:
     return 1 if row.startswith(("nplm", "importance", "two-level")) else 2
 
 
-def main() -> None:
-    global RESULTS, OUT
-    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT, note="with --parallel: ")
-    parser.add_argument("--rerun", action="store_true",
-                        help="redo the chosen rows though they have results (networks go on from their last "
-                             "checkpoint; delete outputs/morin2005/<row> to train one from scratch)")
-    parser.add_argument("--parallel", type=int, default=0,
-                        help="train the network rows N at a time, each to convergence (module docstring)")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="with --parallel: trainer=gpu or not")
-    args = parser.parse_args()
-    chosen = replication.chosen_rows(args, ROWS)
-    if args.parallel and not args.report_only:  # (the README is still written from results/ below)
-        RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
+def wordnet() -> list[str]:
+    if not wordnet_installed():
+        raise Wait("NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
+    return []
+
+
+ROWS = {"timing": Row(measure=measure_timing), "tree-shapes": Row(measure=tree_shapes),
+        **{key: Row(measure=functools.partial(count_ngram, key)) for key in NGRAMS},
+        **{row: Row(overrides, first=wordnet if "tree=wordnet" in overrides else None)
+           for row, (overrides, _) in NETWORKS.items()}}
+DRIVER = Driver(HERE, ROWS, network_result, tables, margin_s=90,
+                said=lambda r: f"valid {r['valid']:.1f} test {r['test']:.1f}" if "valid" in r else "measured")
+
+
+def parallel(args, chosen: list[str]) -> bool:
+    """With --parallel: the chosen network rows trained `train_parallel`'s way (the module docstring)."""
+    if args.parallel:
         rows = [r for r in chosen if r in NETWORKS and ("wordnet" not in r or wordnet_installed())]
-        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split())
-    elif not args.report_only:
-        for row in chosen:
-            if not args.rerun and load_result(RESULTS, row):
-                print(f"{row}: done, skipping")
-            elif row == "timing":
-                measure_timing(args.threads)
-            elif row == "tree-shapes":
-                tree_shapes()
-            elif row in NGRAMS:
-                count_ngram(row)
-            elif row == "hierarchical-wordnet" and not wordnet_installed():
-                print("hierarchical-wordnet: skipped, NLTK's WordNet is not installed (python -m nltk.downloader wordnet)")
-            else:
-                train_network(row, args.threads, args.rerun)
-    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
-        head, notes = (HERE / "INTRO.md").read_text().split("<!-- tables -->\n")
-        (HERE / "README.md").write_text(head + "\n" + tables() + "\n" + notes)
-    print(tables())
+        train_parallel(sorted(rows, key=priority), args.parallel, args.device, args.budget_s, args.extra.split(),
+                       args.margin_s)
+    return bool(args.parallel)
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    parser = DRIVER.arguments(__doc__)
+    parser.add_argument("--parallel", type=int, default=0,
+                        help="train the network rows N at a time, each to convergence (module docstring)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="with --parallel: trainer=gpu or not")
+    DRIVER.main(__doc__, parser, train=parallel)

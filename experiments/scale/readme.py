@@ -1,4 +1,4 @@
-"""experiments/scale/README.md, written from results/*.json only (run.py calls it; `run.py --report-only`)."""
+"""experiments/scale/README.md below its INTRO.md, written from results/*.json only (`run.py --report-only`)."""
 
 from __future__ import annotations
 
@@ -9,36 +9,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 from replication import provenance_footnote, provenance_mark  # noqa: E402
 
-INTRO = """# WikiText-103-sized vocabularies on a laptop
-
-Issue 28: every output layer of nplm, and the hierarchical softmax's trees, on a corpus the size of
-WikiText-103 (267,735 words, 103,227,021 training tokens), on 2 CPU cores. The corpus is
-`make_corpus.py`'s WikiText-103-shaped one: Zipf-distributed words with WikiText-103's vocabulary,
-line and token counts, written as `wiki.*.tokens` files and read through `corpus=wikitext103
-corpus.path=...` exactly as the real files would be (it passes the published-statistics check). It
-is not real text: the figures below are time and memory, not perplexity.
-
-Everything here is written by `run.py` (`make scale`) from `results/*.json`. **The machine is shared:**
-several other jobs ran on the same 2 cores during these measurements (the load average at the end of
-each stage is in its result file and below), so times are slower and noisier than on an idle machine;
-every heavy measurement ran single-threaded (`threads=1`, `OMP_NUM_THREADS=1`) in its own process.
-
-What it took, beyond the corpora by name (`corpus=wikitext103`):
-
-- **Tokenised once** (`nplm.data.id_cache`): the text read once, streamed, into int64 id arrays cached
-  under `paths.data_dir/ids/` and memory-mapped by later runs; the trees that depend only on the ids
-  (balanced, random, Huffman, Brown) are cached beside them.
-- **Sparse updates where they pay**: `model.sparse_embeddings=true` (C) and `head.sparse=true`
-  (hierarchical: the node vectors and biases; importance sampling: the output vectors and biases), so
-  Adam updates only the rows a batch touched instead of a 267,735-row table every step. The
-  hierarchical head's node activations use 2 sigmoid(2x) - 1 on a CPU (torch's CPU tanh is ~7x slower).
-- **The first batch without a 103-million-element shuffle**: above 2^24 windows an epoch's order is a
-  keyed pseudo-random permutation evaluated batch by batch (`nplm.data.windows.KeyedPermutation`); the
-  trees' paths, checks and Huffman merges are computed with numpy / two queues (seconds, not minutes).
-- The classes of the class-based head and the adaptive softmax's clusters are as they are for Brown:
-  their weights get dense gradients (the adaptive head has 11 M parameters; the class-based head's
-  word matrix is 267,735 x 290 and its Adam update dominates its step).
-"""
 
 
 def load(results: Path) -> dict[str, dict]:
@@ -62,9 +32,10 @@ def provenance(r: dict) -> str:
     return f"{r.get('measured_utc', '?')} UTC, commit {commit}; {r.get('machine', '?')}"
 
 
-def write_readme(results: Path, readme: Path) -> None:
+def tables(results: Path) -> str:
+    """Everything README.md shows below INTRO.md, from the result files in `results`."""
     R = load(results)
-    out = [INTRO]
+    out = []
     targets = []
 
     if "corpus" in R:
@@ -240,4 +211,4 @@ def write_readme(results: Path, readme: Path) -> None:
         out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
         out.append("")
     out += [*provenance_footnote(R.values()), ""] * bool(provenance_footnote(R.values()))
-    readme.write_text("\n".join(out))
+    return "\n".join(out)

@@ -27,7 +27,7 @@ memory and time to first batch are the process's own:
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
 import shutil
@@ -38,14 +38,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RESULTS = HERE / "results"
 DATA = ROOT / "data_cache" / "scale"
 CORPUS = DATA / "wikitext103-zipf"
 DATA_DIR = DATA / "data"
 RUNS = DATA / "runs"
 PY = sys.executable
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-sys.path.insert(0, str(ROOT / "experiments"))  # replication: the drivers' shared helpers
+sys.path.insert(0, str(ROOT / "experiments"))  # the drivers' loop and shared helpers
+sys.path.insert(0, str(HERE))
+from driver import Driver, Row, bad_input  # noqa: E402
+from readme import tables  # noqa: E402
 
 CORPUS_ARGS = ["corpus=wikitext103", f"corpus.path={CORPUS}", f"paths.data_dir={DATA_DIR}", "threads=1",
                "logger=none", "seed=1234"]
@@ -107,14 +108,16 @@ def timed(mode: str, name: str, overrides: list[str], timeout: float | None = No
     return {**result, "process": outer}
 
 
-def write(name: str, data: dict) -> None:
-    from provenance import commit
-    from replication import write_result
+def measured(name: str, stage) -> Row:
+    """The row `name`, measured by `stage()`: its figures, with when, at which commit and on what machine."""
+    def measure(threads: int) -> dict:
+        from nplm.tracking.records import git_commit
 
-    data = {"name": name, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": commit(),
-            "machine": machine_line(), **data}
-    if write_result(RESULTS, name, data):
-        print(f"wrote {RESULTS / name}.json", flush=True)
+        data, commit = stage(), git_commit()  # the short commit, "-dirty" where the code differs from it
+        return {"name": name, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                "commit": commit[:7] + ("-dirty" if commit.endswith("-dirty") else "") if commit else "unknown",
+                "machine": machine_line(), **data}
+    return Row(measure=measure)
 
 
 def machine_line() -> str:
@@ -127,17 +130,8 @@ def machine_line() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} when the stage ended"
 
 
-def done(name: str, rerun: bool) -> bool:
-    if (RESULTS / f"{name}.json").exists() and not rerun:
-        print(f"{name}: done (results/{name}.json; --rerun to measure again)", flush=True)
-        return True
-    return False
-
-
 # -- stages -----------------------------------------------------------------------------------------------
-def stage_corpus(rerun: bool) -> None:
-    if done("corpus", rerun):
-        return
+def stage_corpus() -> dict:
     import hashlib
 
     run = child([PY, str(HERE / "make_corpus.py"), "--out", str(CORPUS), "--seed", "0"])
@@ -145,103 +139,86 @@ def stage_corpus(rerun: bool) -> None:
     for path in sorted(CORPUS.glob("wiki.*.tokens")):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         files[path.name] = {"bytes": path.stat().st_size, "sha256": digest}
-    write("corpus", {"command": "python experiments/scale/make_corpus.py --seed 0", **run, "files": files})
+    return {"command": "python experiments/scale/make_corpus.py --seed 0", **run, "files": files}
 
 
-def stage_id_cache(rerun: bool) -> None:
-    if done("id_cache", rerun):
-        return
-    import shutil
-
+def stage_id_cache() -> dict:
     shutil.rmtree(DATA_DIR / "ids", ignore_errors=True)
     built = timed("setup", "id_cache_build", CORPUS_ARGS)
     read = timed("setup", "id_cache_read", CORPUS_ARGS)
     meta = json.loads((Path(built["id_cache"]["folder"]) / "meta.json").read_text())
-    write("id_cache", {"build": built, "read": read, "build_phases_s": meta.get("build_seconds"),
-                       "overrides": CORPUS_ARGS})
+    return {"build": built, "read": read, "build_phases_s": meta.get("build_seconds"), "overrides": CORPUS_ARGS}
 
 
-def stage_heads(rerun: bool, only_heads: list[str] | None) -> None:
-    for name, (head, batches, per_step) in HEADS.items():
-        if only_heads and name not in only_heads:
-            continue
-        key = f"head-{name}"
-        if done(key, rerun):
-            continue
-        overrides = [*CORPUS_ARGS, *MLP1, *head, "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
-                     "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", f"steps_per_execution={per_step}",
-                     "progress.interval=60"]
-        run = timed("train", key, overrides)
-        steps = run["steps"][1:]  # the first Lightning step (its batches) is warm-up
-        examples = sum(s[2] for s in steps)
-        seconds = steps[-1][1] - steps[0][0]
-        rate = examples / seconds
-        write(key, {"head": name, "overrides": overrides, "batches": batches, "measured_examples": examples,
-                    "measured_s": seconds, "examples_per_s": rate, "us_per_example": 1e6 / rate,
-                    "epoch_s_extrapolated": TRAIN_WINDOWS / rate, "run": run})
+def stage_head(name: str) -> dict:
+    head, batches, per_step = HEADS[name]
+    overrides = [*CORPUS_ARGS, *MLP1, *head, "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
+                 "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", f"steps_per_execution={per_step}",
+                 "progress.interval=60"]
+    run = timed("train", f"head-{name}", overrides)
+    steps = run["steps"][1:]  # the first Lightning step (its batches) is warm-up
+    examples = sum(s[2] for s in steps)
+    seconds = steps[-1][1] - steps[0][0]
+    rate = examples / seconds
+    return {"head": name, "overrides": overrides, "batches": batches, "measured_examples": examples,
+            "measured_s": seconds, "examples_per_s": rate, "us_per_example": 1e6 / rate,
+            "epoch_s_extrapolated": TRAIN_WINDOWS / rate, "run": run}
 
 
-def stage_second_run(rerun: bool) -> None:
+def stage_second_run() -> dict:
     """nplm-train with the hierarchical head once more, the token ids and the Huffman tree cached by the
     runs before: the time to first batch of a second run (and of every job of a sweep)."""
-    if done("second_run", rerun):
-        return
     head, _, per_step = HEADS["hierarchical-huffman"]
     overrides = [*CORPUS_ARGS, *MLP1, *head, "trainer.max_epochs=1", f"trainer.limit_train_batches={per_step}",
                  "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", f"steps_per_execution={per_step}"]
     timed("train", "second_run_warm", overrides)  # (makes sure both caches are there)
-    run = timed("train", "second_run", overrides)
-    write("second_run", {"overrides": overrides, "run": run})
+    return {"overrides": overrides, "run": timed("train", "second_run", overrides)}
 
 
-def stage_side_by_side(rerun: bool) -> None:
-    if done("side_by_side", rerun):
-        return
+def stage_side_by_side() -> dict:
     out = RUNS / "side_by_side.json"
     proc = child([PY, str(HERE / "side_by_side.py"), str(out), str(CORPUS), str(DATA_DIR)])
-    write("side_by_side", {**json.loads(out.read_text()), "process": proc})
+    return {**json.loads(out.read_text()), "process": proc}
 
 
-def stage_trees(rerun: bool) -> None:
-    for tree in ("balanced", "huffman"):
-        key = f"tree-{tree}"
-        if not done(key, rerun):
-            run = timed("tree", key, [*CORPUS_ARGS, "head=hierarchical", f"tree={tree}"])
-            write(key, {"tree": tree, "build_s": run["tree_s"], "stats": run["tree"], "run": run})
-    if not done("tree-brown", rerun):
-        out = RUNS / "brown_probe.json"
-        proc = child([PY, str(HERE / "brown_probe.py"), str(out), str(DATA_DIR)])
-        write("tree-brown", {**json.loads(out.read_text()), "process": proc})
+def stage_tree(tree: str) -> dict:
+    run = timed("tree", f"tree-{tree}", [*CORPUS_ARGS, "head=hierarchical", f"tree={tree}"])
+    return {"tree": tree, "build_s": run["tree_s"], "stats": run["tree"], "run": run}
 
 
-# -- the README -------------------------------------------------------------------------------------------
-def report() -> None:
-    from readme import write_readme
-
-    write_readme(RESULTS, HERE / "README.md")
-    print(f"wrote {HERE / 'README.md'}")
+def stage_brown_tree() -> dict:
+    out = RUNS / "brown_probe.json"
+    proc = child([PY, str(HERE / "brown_probe.py"), str(out), str(DATA_DIR)])
+    return {**json.loads(out.read_text()), "process": proc}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="corpus,id_cache,heads,second_run,side_by_side,trees",
-                        help="stages, comma-separated (default: all)")
-    parser.add_argument("--heads", default=None, help="with heads: only these, e.g. softmax,adaptive")
-    parser.add_argument("--rerun", action="store_true", help="measure the chosen stages again")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite README.md from results/")
-    args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
-    if not args.report_only:
-        stages = args.only.split(",")
-        if not CORPUS.joinpath("wiki.train.tokens").exists() and "corpus" not in stages:
-            stages.insert(0, "corpus")
-        for stage in stages:
-            if stage == "heads":
-                stage_heads(args.rerun, args.heads.split(",") if args.heads else None)
-            else:
-                globals()[f"stage_{stage}"](args.rerun)
-    report()
+ROWS = {"corpus": measured("corpus", stage_corpus), "id_cache": measured("id_cache", stage_id_cache),
+        **{f"head-{name}": measured(f"head-{name}", functools.partial(stage_head, name)) for name in HEADS},
+        "second_run": measured("second_run", stage_second_run),
+        "side_by_side": measured("side_by_side", stage_side_by_side),
+        **{f"tree-{tree}": measured(f"tree-{tree}", functools.partial(stage_tree, tree)) for tree in ("balanced", "huffman")},
+        "tree-brown": measured("tree-brown", stage_brown_tree)}
+STAGES = {"corpus": ["corpus"], "id_cache": ["id_cache"], "heads": [f"head-{name}" for name in HEADS],
+          "second_run": ["second_run"], "side_by_side": ["side_by_side"],
+          "trees": ["tree-balanced", "tree-huffman", "tree-brown"]}
+DRIVER = Driver(HERE, ROWS, result=None, tables=lambda: tables(DRIVER.results), said=lambda r: "measured")
+
+
+def choose(args) -> list[str]:
+    """--rows, or the rows of the --only stages (--heads: of those heads); the corpus first where it is missing."""
+    if args.rows:
+        return DRIVER.chosen(args)
+    stages = args.only.split(",")
+    if unknown := sorted(set(stages) - set(STAGES)):
+        bad_input(f"--only: unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    if not CORPUS.joinpath("wiki.train.tokens").exists() and "corpus" not in stages:
+        stages.insert(0, "corpus")
+    heads = args.heads.split(",") if args.heads else list(HEADS)
+    return [row for stage in stages for row in STAGES[stage] if not row.startswith("head-") or row[5:] in heads]
 
 
 if __name__ == "__main__":
-    main()
+    parser = DRIVER.arguments(__doc__)
+    parser.add_argument("--only", default=",".join(STAGES), help="stages, comma-separated (default: all)")
+    parser.add_argument("--heads", default=None, help="with heads: only these, e.g. softmax,adaptive")
+    DRIVER.main(__doc__, parser, choose)

@@ -1,6 +1,6 @@
 """Tiny Shakespeare characters, the notebook's 90/10 split: the notebook's network and the modern NPLM
 (Sun & Iyyer 2021) beside the Kneser-Ney 5-gram counted on the same split and nanoGPT's character
-Transformer as its README gives it (issue 27).
+Transformer as its README gives it.
 
     python experiments/tinyshakespeare_char/run.py                    # every row not done yet (resumable)
     python experiments/tinyshakespeare_char/run.py --rows modern --threads 1 --budget-s 3600
@@ -30,7 +30,10 @@ trained on batches of 16 blocks of 16 consecutive characters, every position of 
 and 16 epochs), and the `modern-gpu-*` rows, which need a CUDA GPU (`gpu_rows.sh` trains them in parallel on one: longer
 contexts, and the window-4 row again with and without the average, with a second seed, and with more
 dropout, weight decay 0.3, 0.4 or 0.6, a longer average or wider layers against its overfitting, and
-windows of 2 and 3 with more averages). For each
+windows of 2 and 3 with more averages). The rows of a search round that varied one setting of the cosine
+recipe are the jobs of its sweep config (src/nplm/conf/sweep/tinyshakespeare_*.yaml: `nplm-train -m
++sweep=tinyshakespeare_w8_dropout` runs that round on its own, in multirun/; `--rows tinyshakespeare_w8_dropout`
+trains its rows here). For each
 finished row, `nplm.inference.mixture.mix` (what `nplm-mix CKPT --ngram kn5` prints) scores the row's best checkpoint, the modified Kneser-Ney 5-gram of
 the same training characters and their mixture (weight fitted by EM on the validation split) on the
 validation split. Resumable as experiments/mnih2009: a row stopped by `--budget-s` goes on from its last
@@ -40,42 +43,69 @@ results/<row>.json; README.md is INTRO.md plus the tables written from the resul
 
 from __future__ import annotations
 
-import math
-import os
-import re
-import statistics
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from replication import (DATA_DIR, best_epoch, cut_epochs, epoch_steps, finished, last_epoch_cut, load_result,
-                         machine_line, pct, provenance_footnote, provenance_mark, row_marks, seconds_per_epoch,
-                         short_commit, stopped_by, write_result)
+from driver import Driver, Row, sibling, sweep_job
+from replication import (DATA_DIR, best_epoch, cut_epochs, epoch_steps, last_epoch_cut, machine_line,
+                         seconds_per_epoch, stopped_by)
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-OUT = HERE.parents[1] / "outputs" / "tinyshakespeare_char"
+PATIENCE = 2  # as the two experiment files
 
 
-def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, gpu: bool = False,
-               epochs: int = 12, weight_decay: float = 0.1, seed: int | None = None, ema: float | None = None) -> tuple:
-    """A row of the cosine recipe: the modern NPLM with the `model` overrides (`what` says them in words),
-    `dropout`, AdamW with `weight_decay` and the step annealed to 0 along a cosine over `epochs` epochs,
-    trained for those; under bf16 autocast where `bf16`; on one CUDA GPU where `gpu`; with `seed` in
-    place of conf/train.yaml's where given; validated on the weights' moving average with decay `ema`
-    (`callbacks.ema_decay`) where given."""
-    overrides = ["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
-                 f"model.dropout={dropout}", "optimizer=adamw", f"optimizer.weight_decay={weight_decay}",
-                 "optimizer.cosine=true", f"trainer.max_epochs={epochs}",
-                 *(["trainer.precision=bf16-mixed"] if bf16 else []), *([f"seed={seed}"] if seed is not None else []),
-                 f"callbacks.ema_decay={ema if ema is not None else 'null'}"]
-    text = (f"the modern NPLM, {what}dropout {dropout}, AdamW (weight decay {weight_decay}), step annealed along a "
-            f"cosine over {epochs} epochs" + (", bf16" if bf16 else "") + (", on a GPU" if gpu else "")
-            + (f", seed {seed}" if seed is not None else "")
-            + (f", validated on the weights' moving average (decay {ema})" if ema is not None else ""))
-    return overrides, text, epochs
+def cosine_row(model: list[str], dropout: float, bf16: bool = True, gpu: bool = False, epochs: int = 12,
+               weight_decay: float = 0.1, seed: int | None = None, ema: float | None = None) -> Row:
+    """A row of the cosine recipe: the modern NPLM with the `model` overrides, `dropout`, AdamW with
+    `weight_decay` and the step annealed to 0 along a cosine over `epochs` epochs, trained for those; under bf16
+    autocast where `bf16`; on one CUDA GPU where `gpu`; with `seed` in place of conf/train.yaml's where given;
+    validated on the weights' moving average with decay `ema` (`callbacks.ema_decay`) where given."""
+    return cosine_recipe(["experiment=sun2021/tinyshakespeare_char", *(["trainer=gpu"] if gpu else []), *model,
+                          f"model.dropout={dropout}", "optimizer=adamw", f"optimizer.weight_decay={weight_decay}",
+                          "optimizer.cosine=true", f"trainer.max_epochs={epochs}",
+                          *(["trainer.precision=bf16-mixed"] if bf16 else []),
+                          *([f"seed={seed}"] if seed is not None else []),
+                          f"callbacks.ema_decay={ema if ema is not None else 'null'}"])
+
+
+def searched(sweep: str, **choice) -> Row:
+    """The job of the search conf/sweep/<sweep>.yaml that sets `choice` (`driver.sweep_job`), as a row."""
+    return replace(cosine_recipe(sweep_job(sweep, **choice)), sweep=sweep)
+
+
+def cosine_recipe(overrides: list[str]) -> Row:
+    """A row of the cosine recipe trained for its `trainer.max_epochs`, said in words from its overrides."""
+    return Row(overrides, cosine_words(overrides), int(setting(overrides, "trainer.max_epochs")), PATIENCE)
+
+
+def setting(overrides: list[str], key: str, default: str | None = None) -> str | None:
+    """The value `overrides` give `key` (the last one), or `default`."""
+    return next((o.split("=", 1)[1] for o in reversed(overrides) if o.split("=", 1)[0] == key), default)
+
+
+def cosine_words(overrides: list[str]) -> str:
+    """A cosine row in the tables' words: the model's changes, the regularisation, the schedule, the rest."""
+    def get(key: str, default: str | None = None) -> str | None:
+        return setting(overrides, key, default)
+
+    model = "".join(f"{words.format(value)}, " for key, words in (("model.embed_dim", "width {}"),
+                                                                 ("model.hidden_dim", "hidden {}"),
+                                                                 ("model.num_layers", "{} blocks"))
+                    if (value := get(key)))
+    if window := get("model.window"):
+        before = int(get("model.context_size", "64")) - int(window)
+        model += f"a window of {window} and {get('model.summaries')} averages of the {before} before it, "
+    if block := get("data.block_size"):
+        model += f"trained on batches of {get('data.batch_size')} blocks of {block} consecutive characters, "
+    ema, seed = get("callbacks.ema_decay", "null"), get("seed")
+    return (f"the modern NPLM, {model}dropout {get('model.dropout')}, AdamW (weight decay "
+            f"{get('optimizer.weight_decay')}), step annealed along a cosine over {get('trainer.max_epochs')} epochs"
+            + (", bf16" if get("trainer.precision") == "bf16-mixed" else "")
+            + (", on a GPU" if get("trainer") == "gpu" else "") + (f", seed {seed}" if seed else "")
+            + (f", validated on the weights' moving average (decay {ema})" if ema != "null" else ""))
 
 
 # The recipe validates on the weights' moving average since it was measured to help (the -ema rows; Brown's
@@ -83,95 +113,78 @@ def cosine_row(model: list[str], what: str, dropout: float, bf16: bool = True, g
 NO_EMA = ["callbacks.ema_decay=null"]
 
 
-def window_split(window: int) -> tuple[list[str], str]:
+def window_split(window: int, *more: str) -> list[str]:
     """Width 256 and the 16 vectors a position reads split as a local `window` and 16 - `window` learned
-    averages of the 64 - `window` characters before it (the overrides, and the row's words for them)."""
-    averages = 16 - window
-    return (["model.embed_dim=256", f"model.window={window}", f"model.summaries={averages}"],
-            f"width 256, a window of {window} and {averages} averages of the {64 - window} before it, ")
+    averages of the 64 - `window` characters before it; `more` model overrides after them."""
+    return ["model.embed_dim=256", f"model.window={window}", f"model.summaries={16 - window}", *more]
 
 
-W8, W8_WHAT = window_split(8)
-W4, W4_WHAT = window_split(4)
-W3, W3_WHAT = window_split(3)
-W2, W2_WHAT = window_split(2)
-W3_L6, W3_L6_WHAT = [*W3, "model.num_layers=6"], W3_WHAT.replace("width 256, ", "width 256, 6 blocks, ")
+W8, W4, W3, W2 = (window_split(w) for w in (8, 4, 3, 2))
 BLOCK16 = ["data.block_size=16", "data.batch_size=16"]  # batches of 16 blocks of 16 targets: 256 a step
-BLOCK16_WHAT = "trained on batches of 16 blocks of 16 consecutive characters, "
-ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 15 epochs are its protocol)
-    "notebook": (["experiment=tinyshakespeare_char"], "the notebook's network (`experiment=tinyshakespeare_char`)", 15),
-    "modern": (["experiment=sun2021/tinyshakespeare_char", *NO_EMA],
-               "the modern NPLM (`experiment=sun2021/tinyshakespeare_char`, no moving average)", 30),
-    "modern-regularised": (["experiment=sun2021/tinyshakespeare_char", *NO_EMA, "model.dropout=0.3", "optimizer=adamw",
-                            "optimizer.weight_decay=0.1", "optimizer.plateau_factor=0.5"],
-                           "the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step halved on a plateau", 30),
-    "modern-wide": (["experiment=sun2021/tinyshakespeare_char", *NO_EMA, "model.hidden_dim=1024", "model.dropout=0.3",
-                     "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
-                    "the modern NPLM, hidden 1024, dropout 0.3, step halved on a plateau, bf16", 30),
-    "modern-wide-regularised": (["experiment=sun2021/tinyshakespeare_char", *NO_EMA, "model.hidden_dim=1024",
-                                 "model.dropout=0.3", "optimizer=adamw", "optimizer.weight_decay=0.1",
-                                 "optimizer.plateau_factor=0.5", "trainer.precision=bf16-mixed"],
-                                "the modern NPLM, hidden 1024, dropout 0.3, AdamW (weight decay 0.1), step halved "
-                                "on a plateau, bf16", 30),
-    "modern-cosine": cosine_row([], "", 0.3, bf16=False),
-    "modern-d256-cosine": cosine_row(["model.embed_dim=256"], "width 256, ", 0.3),
-    "modern-d256-w8-cosine": cosine_row(W8, W8_WHAT, 0.3),
-    "modern-d256-w8-dropout5-cosine": cosine_row(W8, W8_WHAT, 0.5),
-    "modern-d256-w8-dropout2-cosine": cosine_row(W8, W8_WHAT, 0.2),
-    "modern-d256-w8-dropout2-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10),
-    "modern-d256-w8-dropout2-cosine10-seed2": cosine_row(W8, W8_WHAT, 0.2, epochs=10, seed=2),
-    "modern-d256-w8-dropout2-cosine10-ema": cosine_row(W8, W8_WHAT, 0.2, epochs=10, ema=0.9995),
-    "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, W8_WHAT, 0.2, epochs=10, weight_decay=0.3),
-    "modern-d256-w8-dropout15-cosine10": cosine_row(W8, W8_WHAT, 0.15, epochs=10),
-    "modern-d256-w8-dropout2-cosine8": cosine_row(W8, W8_WHAT, 0.2, epochs=8),
-    "modern-d256-w4-cosine": cosine_row(W4, W4_WHAT, 0.3),
-    "modern-d256-w4-dropout2-cosine10": cosine_row(W4, W4_WHAT, 0.2, epochs=10),
-    "modern-d256-w4-dropout2-cosine10-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=10, seed=2),
-    "modern-d256-w4-dropout2-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, ema=0.9995),
+MODERN = ["experiment=sun2021/tinyshakespeare_char", *NO_EMA]
+PLATEAU = ["optimizer.plateau_factor=0.5"]  # the step halved after an epoch with no better validation
+ROWS = {  # the notebook's 15 epochs are its protocol; the cosine rows train for their schedule
+    "notebook": Row(["experiment=tinyshakespeare_char"], "the notebook's network (`experiment=tinyshakespeare_char`)",
+                    15, PATIENCE),
+    "modern": Row(MODERN, "the modern NPLM (`experiment=sun2021/tinyshakespeare_char`, no moving average)", 30,
+                  PATIENCE),
+    "modern-regularised": Row([*MODERN, "model.dropout=0.3", "optimizer=adamw", "optimizer.weight_decay=0.1", *PLATEAU],
+                              "the modern NPLM, dropout 0.3, AdamW (weight decay 0.1), step halved on a plateau", 30,
+                              PATIENCE),
+    "modern-wide": Row([*MODERN, "model.hidden_dim=1024", "model.dropout=0.3", *PLATEAU, "trainer.precision=bf16-mixed"],
+                       "the modern NPLM, hidden 1024, dropout 0.3, step halved on a plateau, bf16", 30, PATIENCE),
+    "modern-wide-regularised": Row([*MODERN, "model.hidden_dim=1024", "model.dropout=0.3", "optimizer=adamw",
+                                    "optimizer.weight_decay=0.1", *PLATEAU, "trainer.precision=bf16-mixed"],
+                                   "the modern NPLM, hidden 1024, dropout 0.3, AdamW (weight decay 0.1), step halved "
+                                   "on a plateau, bf16", 30, PATIENCE),
+    # the cosine recipe: the step annealed to 0 over the epochs trained; the rows of each search round of it that
+    # varied one setting are the jobs of its sweep (conf/sweep/tinyshakespeare_*.yaml)
+    "modern-cosine": cosine_row([], 0.3, bf16=False),
+    "modern-d256-cosine": cosine_row(["model.embed_dim=256"], 0.3),
+    "modern-d256-w8-cosine": searched("tinyshakespeare_w8_dropout", model__dropout=0.3),
+    "modern-d256-w8-dropout5-cosine": searched("tinyshakespeare_w8_dropout", model__dropout=0.5),
+    "modern-d256-w8-dropout2-cosine": searched("tinyshakespeare_w8_dropout", model__dropout=0.2),
+    "modern-d256-w8-dropout2-cosine10": searched("tinyshakespeare_w8_epochs", trainer__max_epochs=10),
+    "modern-d256-w8-dropout2-cosine10-seed2": cosine_row(W8, 0.2, epochs=10, seed=2),
+    "modern-d256-w8-dropout2-cosine10-ema": cosine_row(W8, 0.2, epochs=10, ema=0.9995),
+    "modern-d256-w8-dropout2-wd3-cosine10": cosine_row(W8, 0.2, epochs=10, weight_decay=0.3),
+    "modern-d256-w8-dropout15-cosine10": cosine_row(W8, 0.15, epochs=10),
+    "modern-d256-w8-dropout2-cosine8": searched("tinyshakespeare_w8_epochs", trainer__max_epochs=8),
+    "modern-d256-w4-cosine": cosine_row(W4, 0.3),
+    "modern-d256-w4-dropout2-cosine10": cosine_row(W4, 0.2, epochs=10),
+    "modern-d256-w4-dropout2-cosine10-seed2": cosine_row(W4, 0.2, epochs=10, seed=2),
+    "modern-d256-w4-dropout2-cosine10-ema": cosine_row(W4, 0.2, epochs=10, ema=0.9995),
     # on one CUDA GPU (trainer=gpu; experiments/tinyshakespeare_char/gpu_rows.sh runs them in parallel)
     "modern-gpu-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=256", "model.window=8",
-                                          "model.summaries=16"],
-                                         "width 256, a window of 8 and 16 averages of the 120 before it, ", 0.3,
-                                         gpu=True),
+                                          "model.summaries=16"], 0.3, gpu=True),
     "modern-gpu-c256-cosine": cosine_row(["model.context_size=256", "model.embed_dim=256", "model.window=8",
-                                          "model.summaries=32"],
-                                         "width 256, a window of 8 and 32 averages of the 248 before it, ", 0.3,
-                                         gpu=True),
+                                          "model.summaries=32"], 0.3, gpu=True),
     "modern-gpu-d384-c128-cosine": cosine_row(["model.context_size=128", "model.embed_dim=384", "model.hidden_dim=1024",
-                                               "model.window=8", "model.summaries=16"],
-                                              "width 384, hidden 1024, a window of 8 and 16 averages of the 120 "
-                                              "before it, ", 0.35, gpu=True),
+                                               "model.window=8", "model.summaries=16"], 0.35, gpu=True),
     # the window-4 rows of 10 epochs again on one GPU, to their end: without and with the weights' moving
-    # average (the recipe's default since issue 40), a second seed of the averaged one, and a wider one
-    "modern-gpu-d256-w4-dropout2-cosine10": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True),
-    "modern-gpu-d256-w4-dropout2-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, ema=0.9995),
-    "modern-gpu-d256-w4-dropout2-cosine10-ema-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, seed=2,
-                                                                 ema=0.9995),
+    # average (now the recipe's default), a second seed of the averaged one, and a wider one
+    "modern-gpu-d256-w4-dropout2-cosine10": searched("tinyshakespeare_gpu_w4_ema", callbacks__ema_decay="null"),
+    "modern-gpu-d256-w4-dropout2-cosine10-ema": searched("tinyshakespeare_gpu_w4_ema", callbacks__ema_decay=0.9995),
+    "modern-gpu-d256-w4-dropout2-cosine10-ema-seed2": cosine_row(W4, 0.2, epochs=10, gpu=True, seed=2, ema=0.9995),
     "modern-gpu-d384-w4-dropout3-cosine10-ema": cosine_row(["model.embed_dim=384", "model.hidden_dim=1024",
-                                                            "model.window=4", "model.summaries=12"],
-                                                           "width 384, hidden 1024, a window of 4 and 12 averages of "
-                                                           "the 60 before it, ", 0.3, epochs=10, gpu=True, ema=0.9995),
+                                                            "model.window=4", "model.summaries=12"], 0.3, epochs=10,
+                                                           gpu=True, ema=0.9995),
     # the averaged row against its overfitting after the 7th epoch: more dropout, more weight decay, a longer
     # average, a wider hidden layer with more dropout
-    "modern-gpu-d256-w4-dropout3-cosine10-ema": cosine_row(W4, W4_WHAT, 0.3, epochs=10, gpu=True, ema=0.9995),
-    "modern-gpu-d256-w4-dropout2-wd3-cosine10-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, weight_decay=0.3,
+    "modern-gpu-d256-w4-dropout3-cosine10-ema": cosine_row(W4, 0.3, epochs=10, gpu=True, ema=0.9995),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine10-ema": cosine_row(W4, 0.2, epochs=10, gpu=True, weight_decay=0.3,
                                                                ema=0.9995),
-    "modern-gpu-d256-w4-dropout2-cosine10-ema9998": cosine_row(W4, W4_WHAT, 0.2, epochs=10, gpu=True, ema=0.9998),
-    "modern-gpu-d256-h1024-w4-dropout3-cosine10-ema": cosine_row([*W4, "model.hidden_dim=1024"],
-                                                                 "width 256, hidden 1024, a window of 4 and 12 "
-                                                                 "averages of the 60 before it, ", 0.3, epochs=10,
+    "modern-gpu-d256-w4-dropout2-cosine10-ema9998": searched("tinyshakespeare_gpu_w4_ema", callbacks__ema_decay=0.9998),
+    "modern-gpu-d256-h1024-w4-dropout3-cosine10-ema": cosine_row([*W4, "model.hidden_dim=1024"], 0.3, epochs=10,
                                                                  gpu=True, ema=0.9995),
     # on the CPU, the best of those (weight decay 0.3, still improving when its device call ended after 9 of
-    # its 10 epochs) with the cosine stretched over 12 epochs, in float32 (CPUs without bf16 arithmetic)
-    "modern-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
-                                                           bf16=False),
-    # ... and with its cosine stretched over 14 epochs, on the CPU (the 12-epoch row's best was its 11th epoch, its
-    # validation still falling as the step fell)
-    "modern-d256-w4-dropout2-wd3-cosine14-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=14, weight_decay=0.3, ema=0.9995,
-                                                           bf16=False),
+    # its 10 epochs) with the cosine stretched over 12 epochs, in float32 (CPUs without bf16 arithmetic), and
+    # over 14 (the 12-epoch row's best was its 11th epoch, its validation still falling as the step fell)
+    "modern-d256-w4-dropout2-wd3-cosine12-ema": searched("tinyshakespeare_w4_epochs", trainer__max_epochs=12),
+    "modern-d256-w4-dropout2-wd3-cosine14-ema": searched("tinyshakespeare_w4_epochs", trainer__max_epochs=14),
     # ... and with a window of 3 and 13 averages (on the GPU the best of the 12-epoch rows: 4.561 against the
     # window of 4's 4.586 and 4.600)
-    "modern-d256-w3-dropout2-wd3-cosine12-ema": cosine_row(W3, W3_WHAT, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
+    "modern-d256-w3-dropout2-wd3-cosine12-ema": cosine_row(W3, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
                                                            bf16=False),
     # that CPU row again on one GPU, in float32 (with a second seed: how far the seed moves it) and in bf16
     # (which of precision and schedule length made it the best), with weight decay 0.4 and 0.6 against its
@@ -179,49 +192,41 @@ ROWS = {  # row: (overrides, what it is, its trainer.max_epochs: the notebook's 
     # and validates worse), and with the same 16 vectors a position split as a window of 2 or 3 and more
     # averages (a window of 4 and 12 averages beat a window of 8 and 8); each a few minutes on a GPU, run in
     # parallel
-    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
-                                                                    ema=0.9995, bf16=False, gpu=True),
-    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32-seed2": cosine_row(W4, W4_WHAT, 0.2, epochs=12,
-                                                                          weight_decay=0.3, ema=0.9995, bf16=False,
-                                                                          gpu=True, seed=2),
-    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.3,
-                                                               ema=0.9995, gpu=True),
-    "modern-gpu-d256-w4-dropout2-wd4-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.4,
-                                                                    ema=0.9995, bf16=False, gpu=True),
-    "modern-gpu-d256-w4-dropout2-wd6-cosine12-ema-fp32": cosine_row(W4, W4_WHAT, 0.2, epochs=12, weight_decay=0.6,
-                                                                    ema=0.9995, bf16=False, gpu=True),
-    "modern-gpu-d256-w2-dropout2-wd3-cosine12-ema-fp32": cosine_row(W2, W2_WHAT, 0.2, epochs=12, weight_decay=0.3,
-                                                                    ema=0.9995, bf16=False, gpu=True),
-    "modern-gpu-d256-w3-dropout2-wd3-cosine12-ema-fp32": cosine_row(W3, W3_WHAT, 0.2, epochs=12, weight_decay=0.3,
-                                                                    ema=0.9995, bf16=False, gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32": searched("tinyshakespeare_gpu_w4_weight_decay",
+                                                                  optimizer__weight_decay=0.3),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema-fp32-seed2": cosine_row(W4, 0.2, epochs=12, weight_decay=0.3,
+                                                                          ema=0.9995, bf16=False, gpu=True, seed=2),
+    "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema": cosine_row(W4, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
+                                                               gpu=True),
+    "modern-gpu-d256-w4-dropout2-wd4-cosine12-ema-fp32": searched("tinyshakespeare_gpu_w4_weight_decay",
+                                                                  optimizer__weight_decay=0.4),
+    "modern-gpu-d256-w4-dropout2-wd6-cosine12-ema-fp32": searched("tinyshakespeare_gpu_w4_weight_decay",
+                                                                  optimizer__weight_decay=0.6),
+    "modern-gpu-d256-w2-dropout2-wd3-cosine12-ema-fp32": cosine_row(W2, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
+                                                                    bf16=False, gpu=True),
+    "modern-gpu-d256-w3-dropout2-wd3-cosine12-ema-fp32": cosine_row(W3, 0.2, epochs=12, weight_decay=0.3, ema=0.9995,
+                                                                    bf16=False, gpu=True),
     # the CPU row trained as the paper trains: batches of 16 blocks of 16 consecutive characters, every position
-    # of a block at once (issue 39's whole-block training; 2.3x the windows' tokens/s on these 2 CPUs), its cosine
-    # over 12 epochs and over 16
-    "modern-d256-w4-dropout2-wd3-cosine12-ema-block16": cosine_row([*W4, *BLOCK16], W4_WHAT + BLOCK16_WHAT, 0.2,
-                                                                   epochs=12, weight_decay=0.3, ema=0.9995,
-                                                                   bf16=False),
-    "modern-d256-w4-dropout2-wd3-cosine16-ema-block16": cosine_row([*W4, *BLOCK16], W4_WHAT + BLOCK16_WHAT, 0.2,
-                                                                   epochs=16, weight_decay=0.3, ema=0.9995,
-                                                                   bf16=False),
+    # of a block at once (whole-block training; 2.3x the windows' tokens/s on these 2 CPUs), its cosine over 12
+    # epochs and over 16
+    "modern-d256-w4-dropout2-wd3-cosine12-ema-block16": searched("tinyshakespeare_block16_epochs",
+                                                                 trainer__max_epochs=12),
+    "modern-d256-w4-dropout2-wd3-cosine16-ema-block16": searched("tinyshakespeare_block16_epochs",
+                                                                 trainer__max_epochs=16),
     # the CPU's window of 3 with 6 blocks in place of 4: more capacity where every position shares it (the two
     # added blocks, 0.5M parameters, 17% more arithmetic a character), not in the first block's weights per
     # position (more width or hidden width helped at dropout 0.3; weight decay, schedule and window split left
     # the 4-block rows between 4.561 and 4.600)
-    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema": cosine_row(W3_L6, W3_L6_WHAT, 0.2, epochs=12, weight_decay=0.3,
-                                                              ema=0.9995, bf16=False),
-    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema-seed2": cosine_row(W3_L6, W3_L6_WHAT, 0.2, epochs=12,
-                                                                    weight_decay=0.3, ema=0.9995, bf16=False, seed=2),
+    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema": cosine_row(window_split(3, "model.num_layers=6"), 0.2, epochs=12,
+                                                              weight_decay=0.3, ema=0.9995, bf16=False),
+    "modern-d256-l6-w3-dropout2-wd3-cosine12-ema-seed2": cosine_row(window_split(3, "model.num_layers=6"), 0.2,
+                                                                    epochs=12, weight_decay=0.3, ema=0.9995,
+                                                                    bf16=False, seed=2),
 }
-PATIENCE = 2  # as the two experiment files
-TEST_MARGIN_S = 180  # --budget-s: a row stops training this long before the budget ends (the KN5 scoring)
-TIE = 0.0005  # a row within 0.05% of the KN5 is level with it to one decimal of a per cent: the target shows 5 digits
-TARGET_40 = 4.55  # issue 40: the modern NPLM with the recipe's default (the moving average), finished, at most this
-NANOGPT_LOSS = 1.4697  # karpathy/nanoGPT README, "quick start": "the best validation loss is 1.4697"
-BASE_ROW = "modern"  # the modern NPLM as its experiment file has it; the other modern-* rows change it
 
 
 # -- training ----------------------------------------------------------------------------------------------
-def row_result(row: str, record: dict, overrides: list[str]) -> dict:
+def row_result(row: str, spec: Row, record: dict) -> dict:
     """What results/<row>.json keeps: validation perplexity, epochs, best epoch, what stopped the run, the
     parameters, the learning curve, and the Kneser-Ney 5-gram and the mixture on the same split."""
     from nplm.inference.mixture import mix
@@ -231,13 +236,13 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
     module = load_model(record["best_checkpoint"])
     scored = mix(record["best_checkpoint"], "kn5", None, DATA_DIR)
     return {
-        "row": row, "command": "nplm-train " + " ".join(overrides), "git_commit": record["git_commit"],
+        "row": row, "command": "nplm-train " + " ".join(spec.overrides), "git_commit": record["git_commit"],
         "machine": machine_line(record["machine"]),
         "parameters": sum(p.numel() for p in module.parameters()),
         "context": module.model.context_size,
         "epochs": len(history), "best_epoch": best_epoch(history),
         "stopped_by": stopped_by(history, PATIENCE),
-        "converged": replication.converged(record, PATIENCE, ROWS[row][2]),
+        "converged": replication.converged(record, spec.patience, spec.max_epochs),
         "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history],
                                                cut_epochs(history) or last_epoch_cut(history)),
         "cut_epochs": cut_epochs(history),  # a time limit cut them short (a resumed row goes on from their end)
@@ -252,189 +257,17 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
     }
 
 
-def train(row: str, threads: int, deadline: float | None, extra: list[str], margin_s: float) -> None:
-    overrides, _, max_epochs = ROWS[row]
-    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads,
-                                              deadline, PATIENCE, max_epochs, margin_s)
-    if record is None:
-        return
-    old = load_result(RESULTS, row)
-    if old and old.get("epochs") == len(record["history"]) and old.get("git_commit") == record["git_commit"]:
-        print(f"{row}: result up to date", flush=True)
-        return
-    result = row_result(row, record, overrides)
-    if write_result(RESULTS, row, result):
-        print(f"{row}: valid {result['valid']:.3f} (KN5 {result['kn5_valid']:.3f}), {result['epochs']} epochs "
-              f"(best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
+report = sibling(__file__, "report")  # the README's tables, from the result files
+epoch_seconds = report.epoch_seconds
 
 
-# -- the README -----------------------------------------------------------------------------------------------
 def tables(results: Path | None = None) -> str:
-    results = results or RESULTS
-    rows = {row: load_result(results, row) for row in ROWS}
-    kn5 = next((r["kn5_valid"] for r in rows.values() if r), None)
-    nanogpt = math.exp(NANOGPT_LOSS)
-    lines = ["Validation perplexity per character on the notebook's split (the first 90% of the text trains, "
-             "the last 10%, 111,540 characters, validates; no test split). vs KN5: against the modified "
-             "Kneser-Ney 5-gram of the same training characters, scored by `nplm-mix CKPT --ngram kn5` on "
-             "the same characters; epochs trained / best; * = not finished (stopped by a time limit, or before early "
-             "stopping), s / epoch of the whole epochs; empty = not run yet.",
-             "",
-             "| model | context (characters) | parameters | valid ppl | valid loss (nats) | vs KN5 | epochs | "
-             "stopped by | s / epoch |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-    if kn5 is not None:
-        lines.append(f"| Kneser-Ney 5-gram, modified, interpolated (counted) | 4 |  | {kn5:.3f} | {math.log(kn5):.4f} "
-                     "| +0.0% |  |  |  |")
-    for row, (_, what, _) in ROWS.items():
-        r = rows[row]
-        if not r:
-            lines.append(f"| {what} |  |  |  |  |  |  |  |  |")
-            continue
-        star = "" if finished(r) else "*"
-        lines.append(f"| {what}{row_marks(r)} | {r['context']} | {r['parameters']:,} | {r['valid']:.3f} | "
-                     f"{math.log(r['valid']):.4f} | {pct(r['valid'], r['kn5_valid'])} | "
-                     f"{r['epochs']}{star} / {r['best_epoch']} | {r['stopped_by']} | {epoch_seconds(r):.0f} |")
-        lines.append(f"| {what} mixed with the KN5 (EM weight {r['mix_weight']:.2f}){row_marks(r)} |  |  | {r['mix_valid']:.3f} | "
-                     f"{math.log(r['mix_valid']):.4f} | {pct(r['mix_valid'], r['kn5_valid'])} |  |  |  |")
-    lines.append(f"| nanoGPT's character Transformer (published: its README) | 256 | 10.7M | {nanogpt:.3f} | "
-                 f"{NANOGPT_LOSS:.4f} | " + (pct(nanogpt, kn5) if kn5 else "") + " |  |  |  |")
-    lines += ["", "Target (issue 27): the modern NPLM below the Kneser-Ney 5-gram on the same validation split, "
-              "toward nanoGPT's 4.35.", ""]
-    lines += target_lines(rows, nanogpt)
-    for row, (_, what, _) in ROWS.items():
-        r = rows[row]
-        if not r:
-            continue
-        cuts = inner_cuts(r)
-        lines += ["", f"### {what}", "",
-                  f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min"
-                  + (f"; {cuts}." if cuts else "."),
-                  "", "| epoch | train ppl | valid ppl | tokens/s | epoch time (s) |", "|---:|---:|---:|---:|---:|"]
-        for h in r["history"]:
-            train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
-            lines.append(f"| {h['epoch']} | {train_ppl} | {h['valid_ppl']:.3f} | {h['tokens_per_s']:,.0f} | "
-                         f"{h['epoch_time_s']:.1f} |")
-    lines += ["", *provenance_footnote(r for r in rows.values() if r)]
-    return "\n".join(lines) + "\n"
+    return report.tables(results or DRIVER.results, ROWS)
 
 
-def epoch_seconds(r: dict) -> float:
-    """A row's training time per whole epoch: epochs cut short by a time limit are left out."""
-    return seconds_per_epoch([h["epoch_time_s"] for h in r["history"]],
-                             r.get("cut_epochs") or r["stopped_by"].startswith("time limit"))
-
-
-def inner_cuts(r: dict) -> str:
-    """What a row's epochs cut short inside its run (not its last: `stopped_by` says that) cost it in updates,
-    in words ("" where none was): a budget stopped it inside an epoch, and it resumed from that epoch's end."""
-    cut = [e for e in r.get("cut_epochs") or [] if e < r["epochs"]]
-    if not cut:
-        return ""
-    steps = {h["epoch"]: h["steps"] for h in r["history"]}
-    whole = max(steps.values())
-    missing = sum(whole - steps[e] for e in cut) / whole
-    return (f"epoch{'s' * (len(cut) > 1)} {', '.join(map(str, cut))} cut short by a time limit "
-            f"({', '.join(f'{steps[e]:,} of {whole:,} updates' for e in cut)}), the run resumed from "
-            f"{'their' if len(cut) > 1 else 'its'} end: {missing:.2f} of an epoch's updates fewer than its command plans")
-
-
-def modern_rows(rows: dict[str, dict | None]) -> dict[str, dict]:
-    """The modern NPLM's rows that have a result: `modern` and the variants of it (`modern-*`)."""
-    return {row: r for row, r in rows.items() if r and row.split("-")[0] == BASE_ROW}
-
-
-def train_ppl_at_best(r: dict) -> float | None:
-    """The training perplexity (dropout on) of the result's best epoch (its `best_epoch`, counted from 1)."""
-    return next(h["train_ppl"] for h in r["history"] if h["epoch"] == r["best_epoch"])
-
-
-SEED_SUFFIX = re.compile(r"-seed\d+$")  # a row trained again with another seed: <row>-seed<N>
-
-
-def seed_group(rows: dict[str, dict], row: str) -> tuple[list[dict], int]:
-    """The results of `row` and of the finished rows that train it again with other seeds
-    (`<row>-seed<N>`), and how many of those are still training (left out: not yet at their best)."""
-    base = SEED_SUFFIX.sub("", row)
-    siblings = {name: r for name, r in rows.items() if r and SEED_SUFFIX.sub("", name) == base}
-    return ([r for name, r in siblings.items() if name == row or r["converged"]],
-            sum(not r["converged"] for name, r in siblings.items() if name != row))
-
-
-def target_lines(rows: dict[str, dict | None], nanogpt: float) -> list[str]:
-    """The target's line for the best finished modern NPLM row (a better unfinished one named, not counted), then
-    what each variant changes against `modern`. Where that row was trained with several seeds, the target is
-    judged by their mean."""
-    modern = modern_rows(rows)
-    done = {name: r for name, r in modern.items() if finished(r)}
-    if not done:
-        return ["- not measured (no modern NPLM row has finished)"]
-    row, r = min(done.items(), key=lambda item: item[1]["valid"])
-    group, unfinished = seed_group(modern, row)
-    ahead = sorted((v["valid"], name) for name, v in modern.items() if name not in done and v["valid"] < r["valid"])
-    kn5, seeds = r["kn5_valid"], [s["valid"] for s in group]
-    mean = statistics.fmean(seeds)
-    gap = math.log(r["valid"]) - NANOGPT_LOSS
-    level = abs(r["valid"] / kn5 - 1) < TIE
-    d, p = (5, 3) if level or abs(mean / kn5 - 1) < TIE else (3, 1)  # level to 3 decimals: 5 of them
-    notes = []
-    if level:  # and the fp32 score
-        notes.append("level with it" + (f"; its best checkpoint scored again in fp32 by nplm-mix: {r['scored_valid']:.5f}, "
-                                        f"{pct(r['scored_valid'], kn5, 3)}" if r.get("scored_valid") else ""))
-    if len(seeds) > 1:
-        notes.append(f"its {len(seeds)} seeds from {min(seeds):.{d}f} to {max(seeds):.{d}f}, mean {mean:.{d}f}, "
-                     f"{pct(mean, kn5, p)}")
-    if unfinished:
-        notes.append(f"{unfinished} more seed{'s' * (unfinished > 1)} still training, left out")
-    notes.append(("met" if mean < kn5 else "missed")
-                 + (f" by the mean of its {len(seeds)} seeds" if len(seeds) > 1 else ""))
-    versus = f"{r['valid']:.{d}f} against the KN5's {kn5:.{d}f}: {pct(r['valid'], kn5, p)} ({'; '.join(notes)})"
-    if cuts := inner_cuts(r):
-        versus += f"; {cuts}"
-    lines = [f"- The best modern NPLM row, {ROWS[row][1]}{provenance_mark(r)}: {versus}; "
-             f"{gap:+.4f} nats per character from nanoGPT's {NANOGPT_LOSS} ({pct(r['valid'], nanogpt)})."]
-    averaged = {name: v for name, v in done.items()
-                if any(o.startswith("callbacks.ema_decay=") and o != "callbacks.ema_decay=null" for o in ROWS[name][0])}
-    if averaged:  # the rows with the recipe's default, the weights' moving average
-        name, v = min(averaged.items(), key=lambda item: item[1]["valid"])
-        lines.append(f"- Issue 40's target, the modern NPLM with the recipe's moving average at most {TARGET_40}, "
-                     f"finished: {v['valid']:.3f} ({name}), "
-                     + ("met" if v["valid"] <= TARGET_40 else f"missed by {v['valid'] - TARGET_40:.3f}") + ".")
-    lines += [f"- Not counted, not finished ({modern[name]['stopped_by']} after {modern[name]['epochs']} epochs): "
-              f"{ROWS[name][1]}{provenance_mark(modern[name])}, valid {valid:.3f} ({pct(valid, kn5)})."
-              for valid, name in ahead]
-    base = modern.get(BASE_ROW)
-    variants = {k: v for k, v in modern.items() if k != BASE_ROW}
-    if base and variants:
-        lines += ["", f"What each variant changes against {ROWS[BASE_ROW][1]} (valid {base['valid']:.3f}; training "
-                      f"perplexity, dropout on, at its best epoch {train_ppl_at_best(base):.3f}), best first:", ""]
-        for row, v in sorted(variants.items(), key=lambda item: item[1]["valid"]):
-            lines.append(f"- {ROWS[row][1]}{provenance_mark(v)}: valid {v['valid']:.3f} "
-                         f"({pct(v['valid'], base['valid'])}), training "
-                         f"{train_ppl_at_best(v):.3f} at its best epoch, {v['parameters']:,} parameters, "
-                         f"{epoch_seconds(v):.0f} s an epoch"
-                         + ("" if finished(v) else "; not finished"))
-    return lines
-
-
-def main() -> None:
-    global RESULTS, OUT
-    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT)
-    parser.add_argument("--margin-s", type=float, default=TEST_MARGIN_S,
-                        help=f"with --budget-s: stop training this long before its end, for the scoring beside the "
-                             f"KN5 (default {TEST_MARGIN_S:.0f}; 60 is enough on a GPU machine)")
-    args = parser.parse_args()
-    chosen = replication.chosen_rows(args, ROWS)
-    RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
-    deadline = time.time() + args.budget_s if args.budget_s else None
-    if not args.report_only:
-        for row in chosen:
-            train(row, args.threads, deadline, args.extra.split(), args.margin_s)
-    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
-        (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
-    print(tables())
-
+DRIVER = Driver(HERE, ROWS, row_result, tables, margin_s=180,  # the margin: the KN5 scoring (60 s is enough on a GPU)
+                said=lambda r: f"valid {r['valid']:.3f} (KN5 {r['kn5_valid']:.3f}), {r['epochs']} epochs (best "
+                               f"{r['best_epoch']}), stopped by {r['stopped_by']}")
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    DRIVER.main(__doc__)

@@ -19,25 +19,23 @@ results/<row>.json; README.md is written from them (INTRO.md, then the tables).
 from __future__ import annotations
 
 import math
-import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import replication  # noqa: E402
+from driver import Driver, Row  # noqa: E402
 from replication import (best_epoch, finished, load_result, machine_line, provenance_footnote,  # noqa: E402
-                         row_marks, seconds_per_epoch, last_epoch_cut, short_commit, stopped_by, write_result)
+                         row_marks, seconds_per_epoch, last_epoch_cut, short_commit, stopped_by)
 
-RESULTS, OUT = HERE / "results", replication.ROOT / "outputs" / "tokenizations"
 PATIENCE, MAX_EPOCHS = 1, 8
 RECIPE = ["model=modern", "model.context_size=32", "model.window=8", "model.summaries=2", "model.embed_dim=128",
           "model.hidden_dim=512", "model.num_layers=2", "model.dropout=0.2", "head=softmax", "optimizer=adamw",
           "optimizer.lr=0.002", "optimizer.weight_decay=0.1", "data.block_size=64", "data.batch_size=16",
           f"trainer.max_epochs={MAX_EPOCHS}", f"callbacks.early_stopping_patience={PATIENCE}"]
-ROWS = {  # name: (corpus overrides, corpus label, tokenisation label)
+CORPORA = {  # name: (corpus overrides, corpus label, tokenisation label)
     "ts-chars": (["corpus=tiny_shakespeare"], "Tiny Shakespeare", "characters"),
     "ts-bpe512": (["corpus=tiny_shakespeare", "corpus.tokenizer=bpe", "corpus.vocab_size=512"], "Tiny Shakespeare",
                   "byte-level BPE, 512"),
@@ -46,6 +44,7 @@ ROWS = {  # name: (corpus overrides, corpus label, tokenisation label)
     "brown-words": (["corpus=brown"], "Brown", "words"),
     "brown-bpe2000": (["corpus=brown", "corpus.tokenizer=bpe", "corpus.vocab_size=2000"], "Brown", "byte-level BPE, 2,000"),
 }
+ROWS = {name: Row([*corpus, *RECIPE], what, MAX_EPOCHS, PATIENCE) for name, (corpus, _, what) in CORPORA.items()}
 NANOGPT_LOSS = 1.4697  # karpathy/nanoGPT README: validation loss, nats per character of Tiny Shakespeare (ASCII)
 NANOGPT_BPB = NANOGPT_LOSS / math.log(2)  # one byte per character: 2.120 bits per byte
 
@@ -56,7 +55,7 @@ def at_best(record: dict, key: str):
     return history[best_epoch(history) - 1].get(key)
 
 
-def row_result(row: str, record: dict, overrides: list[str]) -> dict:
+def row_result(row: str, spec: Row, record: dict) -> dict:
     """results/<row>.json: per-token perplexity, bits per byte and per-word perplexity (valid, and test where
     the corpus has one) of the best checkpoint, and the same figures of the Kneser-Ney 5-gram of its tokens."""
     from nplm.inference.mixture import mix
@@ -73,10 +72,10 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
         return (bpb * ratio if bpb else None, math.exp(math.log(word) * ratio) if word else None)
 
     result = {
-        "row": row, "command": "nplm-train " + " ".join(overrides), "git_commit": record["git_commit"],
+        "row": row, "command": "nplm-train " + " ".join(spec.overrides), "git_commit": record["git_commit"],
         "machine": machine_line(record["machine"]), "vocab_size": (record.get("corpus") or {}).get("vocab_size"),
         "epochs": len(history), "best_epoch": best_epoch(history), "stopped_by": stopped_by(history, PATIENCE),
-        "converged": replication.converged(record, PATIENCE, MAX_EPOCHS),
+        "converged": replication.converged(record, spec.patience, spec.max_epochs),
         "train_s_per_epoch": seconds_per_epoch([r["train/epoch_time_s"] for r in history], last_epoch_cut(history)),
         "wall_time_s": round(record["wall_time_s"]),
         "valid_ppl": valid_ppl, "valid_bpb": valid_bpb, "valid_word_ppl": valid_word,
@@ -95,28 +94,12 @@ def row_result(row: str, record: dict, overrides: list[str]) -> dict:
     return result
 
 
-def train(row: str, threads: int, deadline: float | None, extra: list[str], margin_s: float) -> None:
-    overrides = [*ROWS[row][0], *RECIPE]
-    record = replication.train_to_convergence(row, [*overrides, *extra, "logger=none"], OUT / row, threads,
-                                              deadline, PATIENCE, MAX_EPOCHS, margin_s)
-    if record is None:
-        return
-    old = load_result(RESULTS, row)
-    if old and old.get("epochs") == len(record["history"]) and old.get("git_commit") == record["git_commit"]:
-        print(f"{row}: result up to date", flush=True)
-        return
-    result = row_result(row, record, overrides)
-    if write_result(RESULTS, row, result):
-        print(f"{row}: valid {result['valid_bpb']:.4f} bits per byte (KN5 {result['kn5_valid_bpb']:.4f}), "
-              f"{result['epochs']} epochs (best {result['best_epoch']}), stopped by {result['stopped_by']}", flush=True)
-
-
 def fmt(value, spec: str) -> str:
     return "" if value is None else format(value, spec)
 
 
 def tables(results: Path | None = None) -> str:
-    results = results or RESULTS
+    results = results or DRIVER.results
     rows = {row: load_result(results, row) for row in ROWS}
     lines = ["Bits per byte: total NLL in bits over the UTF-8 bytes of the scored text; per-word perplexity: "
              "over its whitespace words (`nplm.data.text_units`). Tiny Shakespeare has no test split; its "
@@ -129,7 +112,7 @@ def tables(results: Path | None = None) -> str:
              "| corpus | tokens | vocabulary | <unk> | valid ppl per token | valid bits per byte | KN5 bits per byte | "
              "valid ppl per word | test bits per byte | test ppl per word | epochs / best | s / epoch |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row, (_, corpus, what) in ROWS.items():
+    for row, (_, corpus, what) in CORPORA.items():
         r = rows[row]
         if not r:
             lines.append(f"| {corpus} | {what} |  |  |  |  |  |  |  |  |  |  |")
@@ -145,7 +128,7 @@ def tables(results: Path | None = None) -> str:
     lines.append(f"| Tiny Shakespeare | characters: nanoGPT's character Transformer (published, its README) | 65 | "
                  f"0.0% | {math.exp(NANOGPT_LOSS):.3f} | {NANOGPT_BPB:.4f} |  |  |  |  |  |  |")
     lines += ["", *verdicts(rows)]
-    for row, (_, corpus, what) in ROWS.items():
+    for row, (_, corpus, what) in CORPORA.items():
         r = rows[row]
         if r:
             lines += ["", f"- {corpus}, {what}: `{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; "
@@ -159,15 +142,15 @@ def verdicts(rows: dict) -> list[str]:
     """Per corpus: which tokenisation's finished row has the fewest bits per byte; Tiny Shakespeare's best
     against nanoGPT's 2.120."""
     lines = []
-    for corpus in dict.fromkeys(c for _, c, _ in ROWS.values()):
-        done = {row: r for row, r in rows.items() if r and ROWS[row][1] == corpus and finished(r)}
+    for corpus in dict.fromkeys(c for _, c, _ in CORPORA.values()):
+        done = {row: r for row, r in rows.items() if r and CORPORA[row][1] == corpus and finished(r)}
         if not done:
             lines.append(f"{corpus}: no finished row yet.")
             continue
         best = min(done, key=lambda row: done[row]["valid_bpb"])
-        ranking = ", ".join(f"{ROWS[row][2]} {done[row]['valid_bpb']:.4f}" for row in sorted(done, key=lambda x: done[x]["valid_bpb"]))
-        line = (f"{corpus}: the NPLM does best on {ROWS[best][2]} ({ranking} valid bits per byte; finished rows "
-                f"only, {len(done)} of {sum(1 for _, c, _ in ROWS.values() if c == corpus)})")
+        ranking = ", ".join(f"{CORPORA[row][2]} {done[row]['valid_bpb']:.4f}" for row in sorted(done, key=lambda x: done[x]["valid_bpb"]))
+        line = (f"{corpus}: the NPLM does best on {CORPORA[best][2]} ({ranking} valid bits per byte; finished rows "
+                f"only, {len(done)} of {sum(1 for _, c, _ in CORPORA.values() if c == corpus)})")
         if done[best].get("valid_oov_rate"):
             line += (f", with {done[best]['valid_oov_rate']:.1%} of its validation tokens <unk> (a lower bound: "
                      "see above)")
@@ -178,23 +161,9 @@ def verdicts(rows: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
-    global RESULTS, OUT
-    parser = replication.driver_arguments(__doc__, ROWS, RESULTS, OUT)
-    parser.add_argument("--margin-s", type=float, default=300, help="with --budget-s: stop training this long "
-                        "before its end, for the scoring beside the KN5 (default 300)")
-    args = parser.parse_args()
-    chosen = replication.chosen_rows(args, ROWS)
-    RESULTS, OUT = Path(args.results).resolve(), Path(args.runs).resolve()
-    deadline = time.time() + args.budget_s if args.budget_s else None
-    if not args.report_only:
-        for row in chosen:
-            train(row, args.threads, deadline, args.extra.split(), args.margin_s)
-    if RESULTS == HERE / "results":  # not from a smoke test's own results folder
-        (HERE / "README.md").write_text((HERE / "INTRO.md").read_text() + "\n" + tables())
-    print(tables())
-
+DRIVER = Driver(HERE, ROWS, row_result, tables, margin_s=300,
+                said=lambda r: f"valid {r['valid_bpb']:.4f} bits per byte (KN5 {r['kn5_valid_bpb']:.4f}), {r['epochs']} "
+                               f"epochs (best {r['best_epoch']}), stopped by {r['stopped_by']}")
 
 if __name__ == "__main__":
-    os.environ.setdefault("WANDB_MODE", "offline")
-    main()
+    DRIVER.main(__doc__)
