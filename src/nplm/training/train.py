@@ -59,10 +59,11 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics. `callbacks`: added to
     the run's Trainer after nplm's own (a benchmark's clock, a test's watch).
 
-    A `UserError` (bad config value, bad data) removes the job's run directory, so a mistake never
-    leaves a half-written run behind, except a `WriteError` (a full disk) once the run has a checkpoint:
-    that stays, to be continued; and `Diverged` (a training loss no longer finite): the run stays, its
-    metrics.json "diverged", with the checkpoints written before. Any other failure marks metrics.json "failed".
+    A `UserError` raised before training begins (bad config value, bad data) removes the job's run directory,
+    so a mistake never leaves a half-written run behind, except a `WriteError` (a full disk) once the run has
+    a checkpoint: that stays, to be continued. Once `trainer.fit` has begun nothing removes the run: an error
+    leaves its folder, its checkpoints and its record (metrics.json "failed" with the error, or "diverged"
+    for `Diverged`, a training loss no longer finite), and `resume=<the run's folder>` continues it.
     One process writes a run folder at a time (`nplm.tracking.lock`): a second is refused.
     """
     quiet(bool(cfg.get("verbose")))
@@ -102,6 +103,9 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
             if rank_zero_only.rank == 0 and record is not None and record.get("status") == "running":
                 # tree=learned's first phase diverged (bootstrap/metrics.json says where), before this run's record
                 write_json(out_dir / "metrics.json", {**record, "status": "diverged", "error": str(err)})
+            raise
+        if getattr(err, "run_kept", False):  # raised once training had begun: the run stays, its record says why
+            log.error("the run stays in %s: resume=%s continues it", out_dir, out_dir)
             raise
         # a full disk after a checkpoint: the run stays, to be continued (its record says why it stopped)
         kept = isinstance(err, WriteError) and any((out_dir / "checkpoints").glob("*.ckpt"))
@@ -171,9 +175,10 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         record.save()
 
     flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
-    failed = True
+    failed, began = True, False
     try:
         trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, *callbacks])
+        began = True  # from here on the run is never removed: it may hold checkpoints
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
@@ -202,11 +207,12 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                        best_checkpoint=trainer.checkpoint_callback.best_model_path or None)
         raise
     except UserError as err:
-        if isinstance(err, WriteError):  # a full disk: the checkpoints stay; the record says why, if it can
+        if began or isinstance(err, WriteError):  # the run stays: its record says why it stopped, if it can
             try:
                 record.fail(err)
             except WriteError:
                 pass
+        err.run_kept = began  # (train() removes the folder of a mistake found before training began)
         raise
     except BaseException as err:
         record.fail(err)
