@@ -49,23 +49,35 @@ def load_model(path: str | Path) -> LanguageModel:
     return module.eval()
 
 
-def check_resumable(path: str | Path, module: LanguageModel) -> None:
-    """Refuse to continue training `module` from a checkpoint of another vocabulary, model or head,
-    naming what differs, instead of failing deep inside `load_state_dict`."""
+def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
+    """Before any data is read: refuse to continue a run of `model` and `head` (their config groups) from a
+    checkpoint that cannot be read or was trained with another model or head, naming what differs. Returns
+    the checkpoint's vocabulary, tree and hyperparameters for `check_resumable_data`."""
     ckpt = read_checkpoint(path)
     theirs = ckpt["hyper_parameters"]
+    for part, ours in (("model", model), ("head", head)):
+        name = theirs.get(part, {}).get("name")
+        if name != ours.get("name"):
+            raise UserError(f"resume: checkpoint {str(path)!r} was trained with {part}={name}, not {part}="
+                            f"{ours.get('name')}; resume it with {part}={name}")
+        if dict(theirs.get(part, {})) != dict(ours):
+            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
+                          if ours.get(k) != theirs.get(part, {}).get(k))
+            raise UserError(f"resume: checkpoint {str(path)!r} has another {part} ("
+                            f"{', '.join(f'{part}.{k}' for k in diff)} differ); resume with the settings it was "
+                            "trained with")
+    return {"hyper_parameters": theirs, CHECKPOINT_KEY: ckpt[CHECKPOINT_KEY]}
+
+
+def check_resumable_data(ckpt: dict, path: str | Path, module: LanguageModel) -> None:
+    """Once the corpus is read: refuse to continue training `module` from checkpoint `ckpt` (read from `path`
+    by `check_resumable_settings`) of another vocabulary or tree, instead of failing inside `load_state_dict`."""
     vocab = ckpt[CHECKPOINT_KEY]["vocab"]["tokens"]
     if vocab != module.vocab.tokens:
         raise UserError(f"checkpoint {str(path)!r} was trained on another vocabulary ({len(vocab)} words, this "
                         f"corpus has {len(module.vocab)}); resume it with its own corpus settings")
-    for part in ("model", "head"):
-        ours = dict(module.hparams[part])
-        if dict(theirs.get(part, {})) != ours:
-            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
-                          if ours.get(k) != theirs.get(part, {}).get(k))
-            raise UserError(f"checkpoint {str(path)!r} has another {part} ({', '.join(f'{part}.{k}' for k in diff)} "
-                            "differ); resume with the settings it was trained with")
     theirs_tree = (ckpt[CHECKPOINT_KEY].get("tree") or {}).get("children")
     if theirs_tree != (module.tree.to_dict()["children"] if module.tree is not None else None):
         raise UserError(f"checkpoint {str(path)!r} was trained on another tree; resume with tree=file "
                         "tree.path=<its run>/tree.json")
+

@@ -23,14 +23,14 @@ from pytorch_lightning.utilities import rank_zero_only
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
-from nplm.files import atomic_write
+from nplm.files import atomic_write, folder_problem
 from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
 from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
                                 names_a_run, read_record, resolve_resume)
-from nplm.training.checkpoint import check_resumable
+from nplm.training.checkpoint import check_resumable_data, check_resumable_settings
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
@@ -72,6 +72,7 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     try:
         cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
         processes = check_trainer(container(cfg.trainer))  # and what Lightning refuses when it makes the Trainer
+        check_data_dir(cfg.paths.data_dir)
     except UserError as err:
         _fail_fresh_job(fresh, overrides, err)
         raise
@@ -116,6 +117,15 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
             lock.release()
 
 
+def check_data_dir(folder: str) -> None:
+    """`paths.data_dir` (downloads, the id cache, the device's measured peak) must be writable: refused before
+    any data is read, not when a run first writes there."""
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise UserError(f"paths.data_dir={folder}: {problem}" + ("" if ";" in problem else "; give paths.data_dir "
+                        "a folder you can write"))
+
+
 def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
     """Remove this invocation's folder (`remove`: not when a multirun job resumed in it); in a multirun,
     leave a metrics.json saying why the job failed."""
@@ -136,6 +146,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     """One run in `out_dir` (from checkpoint `ckpt`, or fresh), trained by `processes` processes (DDP's
     ranks), `callbacks` added to its Trainer: the steps, in order."""
     set_up_process(cfg)
+    resumed = None if ckpt is None else check_resumable_settings(ckpt, container(cfg.model), container(cfg.head))
     dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0), block_size=cfg.data.get("block_size"))
@@ -150,8 +161,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                            dm.vocab, data={"corpus": container(cfg.corpus), **container(cfg.data)}, tree=tree)
     module.step_options = plan.step_options
     module.train_batches = plan.train_batches
-    if ckpt is not None:
-        check_resumable(ckpt, module)
+    if resumed is not None:
+        check_resumable_data(resumed, ckpt, module)
     if cfg.get("compile"):
         module.compile_training_step()
     module.cuda_graphs = cfg.get("cuda_graphs", True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from nplm.config.registry import Registry
 from nplm.config.rules import Check, Choice, Int, Size, Str, show
 from nplm.data import sources
+from nplm.data.subwords import BYTES
 from nplm.data.subwords import KINDS as SUBWORD_KINDS
 from nplm.errors import UserError
 
@@ -42,6 +43,8 @@ def _one_rest(c: dict) -> str | None:
 def _subword_size(c: dict) -> str | None:
     if c.get("tokenizer") is not None and c.get("vocab_size") is None:
         return f"a number of pieces with corpus.tokenizer={c['tokenizer']}, e.g. corpus.vocab_size=2000"
+    if c.get("tokenizer") == "bpe" and c.get("vocab_size") is not None and c["vocab_size"] < BYTES:
+        return f"at least {BYTES} with corpus.tokenizer=bpe (its alphabet is the {BYTES} bytes), e.g. corpus.vocab_size=512"
     if c.get("tokenizer") is None and c.get("vocab_size") is not None:
         return "null without corpus.tokenizer (set corpus.tokenizer=bpe to learn a subword vocabulary)"
     return None
