@@ -108,7 +108,6 @@ def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep:
     since the run started); `sweep`, the other jobs of its sweep (the folders beside `run_dir`), so a
     sweep's rows compare models on the same data. A file of the same content under another path (a
     moved cache) is the same data."""
-    now = set(files.values())
     runs = [run_dir] if resuming else []
     if sweep and run_dir.parent.is_dir():
         runs += sorted(p for p in run_dir.parent.iterdir() if p.is_dir() and p != run_dir)
@@ -118,15 +117,23 @@ def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep:
         except (OSError, ValueError, AttributeError):
             continue
         which = "this run" if run == run_dir else f"job {run.name} of this sweep"
-        for name, digest in stored.items():
-            if files.get(name, digest) == digest and (name in files or digest in now or run != run_dir):
-                continue
-            if name in files:
-                raise UserError(f"{name}: changed since {which} read it ({run}: sha256 {digest[:12]}..., now "
-                                f"{files[name][:12]}...); put the file back as it was, or start a new run "
-                                "(a new sweep) on the new data")
-            raise UserError(f"{name}: {which} was trained on that file ({run}) and this run reads no file with "
-                            f"its content (sha256 {digest[:12]}...); put it back, or start a new run on the new data")
+        same_files(stored, files, which, run, "start a new run (a new sweep) on the new data", renamed_ok=run != run_dir)
+
+
+def same_files(stored: dict[str, str], files: dict[str, str], which: str, where: Path, fix: str,
+               renamed_ok: bool = True) -> None:
+    """Refuse data `files` (name -> sha256) that are not the `stored` ones `which` (recorded in `where`) read,
+    naming the first file that changed or is gone and, besides putting it back, `fix`. A file of the same
+    content under another name is the same data (unless not `renamed_ok` and the name was kept)."""
+    now = set(files.values())
+    for name, digest in stored.items():
+        if files.get(name, digest) == digest and (name in files or digest in now or renamed_ok):
+            continue
+        if name in files:
+            raise UserError(f"{name}: changed since {which} read it ({where}: sha256 {digest[:12]}..., now "
+                            f"{files[name][:12]}...); put the file back as it was, or {fix}")
+        raise UserError(f"{name}: {which} was trained on that file ({where}) and no file read now has its content "
+                        f"(sha256 {digest[:12]}...); put it back, or {fix}")
 
 
 def gpu_trained_on(cfg: DictConfig) -> str | None:

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
 
 from nplm.data.subwords import KINDS as SUBWORD_KINDS, Subwords
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.module import CHECKPOINT_KEY, LanguageModel
+
+DATA_FILES_KEY = "nplm_data_files"  # the checkpoint's entry: each data file its run read -> its sha256
+
+
+class DataFilesInCheckpoint(pl.Callback):
+    """Writes the run's data files (name -> sha256, `LMDataModule.files`) into every checkpoint, so that a
+    command using the checkpoint later (nplm-eval, nplm-mix) can tell the data it reads from the data the
+    run was trained and tested on."""
+
+    def __init__(self, files: dict[str, str]):
+        self.files = dict(files)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint[DATA_FILES_KEY] = self.files
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -41,6 +56,7 @@ def load_model(path: str | Path) -> LanguageModel:
                             "whose run folder also holds tokenizer.json")
         vocab.subword = Subwords.from_dict(entry["tokenizer"])
     module = LanguageModel(**ckpt["hyper_parameters"], vocab=vocab, tree=entry.get("tree"))
+    module.data_files = ckpt.get(DATA_FILES_KEY)  # (None: a checkpoint written before they were recorded)
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
@@ -80,4 +96,19 @@ def check_resumable_data(ckpt: dict, path: str | Path, module: LanguageModel) ->
     if theirs_tree != (module.tree.to_dict()["children"] if module.tree is not None else None):
         raise UserError(f"checkpoint {str(path)!r} was trained on another tree; resume with tree=file "
                         "tree.path=<its run>/tree.json")
+
+
+def check_recorded_data(module: LanguageModel, path: str | Path, files: dict[str, str], flag: str) -> None:
+    """Refuse data `files` (name -> sha256) that differ from those the run of checkpoint `path` (loaded as
+    `module`) read: recorded in the checkpoint, or in its run folder's metrics.json for older checkpoints.
+    `flag`: the command's own flag that evaluates the data as it is now."""
+    from nplm.tracking.records import same_files
+    from nplm.tracking.runs import read_record
+
+    recorded, where = module.data_files, Path(path)
+    if recorded is None:  # <run>/checkpoints/<name>.ckpt: the run's record
+        record = read_record(Path(path).expanduser().resolve().parent.parent) or {}
+        recorded, where = record.get("data_files"), Path(path).expanduser().resolve().parent.parent / "metrics.json"
+    if recorded:
+        same_files(recorded, files, "the checkpoint's run", where, f"pass {flag} to use the data as it is now")
 

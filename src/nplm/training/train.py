@@ -30,7 +30,7 @@ from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check
                                    write_json)
 from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
                                 names_a_run, read_record, resolve_resume)
-from nplm.training.checkpoint import check_resumable_data, check_resumable_settings
+from nplm.training.checkpoint import DataFilesInCheckpoint, check_resumable_data, check_resumable_settings
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
@@ -188,7 +188,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
     failed, began = True, False
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, *callbacks])
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, DataFilesInCheckpoint(dm.files),
+                                                                                 *callbacks])
         began = True  # from here on the run is never removed: it may hold checkpoints
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nplm.config.registry import Registry
-from nplm.config.rules import Check, Choice, Int, Size, Str, show
+from nplm.config.rules import Check, Choice, FilePath, Int, Size, Str, show
 from nplm.data import sources
 from nplm.data.subwords import BYTES
 from nplm.data.subwords import KINDS as SUBWORD_KINDS
@@ -61,6 +61,16 @@ CORPORA = Registry("corpus", __name__, common={
     "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
 }, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
 register_corpus = CORPORA.register
+
+
+def missing_file(cfg: dict, fix: str) -> None:
+    """Refuse corpus `cfg` (as a checkpoint recorded it) where a key naming a file (a `FilePath` rule) names one
+    that is gone, before anything is read: the file, and besides putting it back, `fix` (the command's own)."""
+    for key, rule in CORPORA[cfg["name"]].keys.items():
+        path = cfg.get(key)
+        if isinstance(rule, FilePath) and path and not Path(path).expanduser().is_file():
+            raise UserError(f"corpus.{key}={path}: no such file ({Path(path).expanduser().resolve()}), a file of "
+                            f"the checkpoint's corpus; put it back, or {fix}")
 # The split sizes of a corpus that is one text cut in three (`split`).
 SIZES = {"train_size": Size(required=True, doc="training tokens (a count, or a fraction of the corpus)"),
          "valid_size": Size(nullable=True, doc="validation tokens (null: the rest)"),
