@@ -69,3 +69,18 @@ def test_a_noise_distribution_that_gives_words_no_chance_names_the_heads_key(tmp
     metrics = train(compose_cfg(tmp_path / "fine", *TOY_FAST, f"head={head}", "head.proposal_power=3",
                                 "trainer.max_epochs=1"))
     assert metrics["val/ppl"] < 1e3  # a sharp but usable noise distribution trains (no overflow)
+
+
+@pytest.mark.parametrize("argv", [
+    ["corpus=toy", "corpus.tokenizer=bpe", "corpus.vocab_size=300", "corpus.max_vocab=100", "corpus.min_count=5"],
+    ["-m", "corpus=toy", "corpus.tokenizer=bpe", "corpus.vocab_size=300,400", "corpus.max_vocab=100"],
+])
+def test_keys_a_subword_vocabulary_makes_meaningless_are_refused(tmp_path, monkeypatch, argv):
+    from nplm.cli.train import check_composition
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^corpus.max_vocab=100: has no effect with corpus.tokenizer=bpe \(a vocabulary "
+                                        r"of corpus.vocab_size pieces learned on the training split\); leave "
+                                        r"corpus.max_vocab out"):
+        check_composition(argv)
+    check_composition(["corpus=brown", "corpus.tokenizer=bpe", "corpus.vocab_size=300"])  # brown's own min_count: fine

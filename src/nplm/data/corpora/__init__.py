@@ -61,6 +61,9 @@ CORPORA = Registry("corpus", __name__, common={
     "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
 }, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
 register_corpus = CORPORA.register
+# The vocabulary keys a learned subword vocabulary (corpus.tokenizer) makes meaningless: its pieces are
+# corpus.vocab_size, learned on the training split, in the tokenizer's order, with its own unknown token.
+SUBWORD_IGNORES = ("vocab_from", "min_count", "max_vocab", "unk", "order")
 
 
 def missing_file(cfg: dict, fix: str) -> None:
