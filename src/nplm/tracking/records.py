@@ -65,16 +65,24 @@ def checkout_state(where: Path) -> tuple[str, bool] | None:
     return head, bool(changed)
 
 
-def git_commit() -> str | None:
-    """HEAD of the checkout nplm runs from, with "-dirty" where its code differs from it
-    (`checkout_state`); outside a checkout, the environment's NPLM_GIT_COMMIT (a copy of the code sent to
-    a machine without its .git says where it came from), else None. Inside one, NPLM_GIT_COMMIT is
-    ignored: the checkout itself says what runs."""
+def code_version() -> tuple[str | None, str | None]:
+    """(the commit of the code nplm runs from, where that was read): HEAD of its checkout with "-dirty" where
+    the code differs from it (`checkout_state`), "checkout"; outside a checkout, the commit of a verified
+    `PROVENANCE.json` (`nplm.tracking.provenance`: "-dirty" where the copy's files differ from it),
+    "PROVENANCE.json"; else (None, None): nobody's word is taken for it."""
+    from nplm.tracking.provenance import FILE, verified_commit
+
     state = checkout_state(Path(__file__).resolve().parent)
     if state is None:
-        return os.environ.get("NPLM_GIT_COMMIT") or None
+        commit = verified_commit()
+        return commit, FILE if commit is not None else None
     head, dirty = state
-    return head + ("-dirty" if dirty else "")
+    return head + ("-dirty" if dirty else ""), "checkout"
+
+
+def git_commit() -> str | None:
+    """The commit of `code_version`."""
+    return code_version()[0]
 
 
 def _number(value):
@@ -159,7 +167,7 @@ class RunRecord:
             **writer(),
             "experiment": cfg.get("experiment_name"),
             "seed": cfg.seed,
-            "git_commit": git_commit(),
+            **dict(zip(("git_commit", "commit_from"), code_version())),
             "data_files": data_files,
             "corpus": corpus,
             "command": " ".join(sys.argv),
