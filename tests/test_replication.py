@@ -305,20 +305,6 @@ def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tm
     assert checkout_state(tmp_path.parent / "nowhere") is None
 
 
-def test_nplm_git_commit_names_the_commit_only_where_the_code_has_no_checkout(monkeypatch):
-    """A copy of the code sent to a machine without its .git names its commit through NPLM_GIT_COMMIT;
-    a checkout's own state wins over it, so no run can name a commit it was not trained at."""
-    from nplm.tracking import records
-
-    monkeypatch.setenv("NPLM_GIT_COMMIT", "99258f8657a098b7f219d031eaf55df4ba21501c")
-    monkeypatch.setattr(records, "checkout_state", lambda where: ("a" * 40, True))
-    assert records.git_commit() == "a" * 40 + "-dirty"
-    monkeypatch.setattr(records, "checkout_state", lambda where: None)
-    assert records.git_commit() == "99258f8657a098b7f219d031eaf55df4ba21501c"
-    monkeypatch.delenv("NPLM_GIT_COMMIT")
-    assert records.git_commit() is None
-
-
 def test_report_keeps_the_whole_command_but_the_programs_folder():
     from report import command_line
 

@@ -63,14 +63,22 @@ def median(values: list[float]) -> float:
 
 # -- provenance --------------------------------------------------------------------------------------
 def commit() -> str:
-    """The checkout's short commit, `-dirty` where its code differs from it (`nplm.tracking.records.git_commit`,
-    as a training run records it); `unknown` where neither a checkout nor NPLM_GIT_COMMIT names one."""
+    """The short commit of the code that runs, `-dirty` where the code differs from it
+    (`nplm.tracking.records.code_version`, as a training run records it: its checkout, or a copy's verified
+    PROVENANCE.json); `unknown` where neither names one."""
     from nplm.tracking.records import git_commit
 
     sha = git_commit()
     if not sha:
         return "unknown"
     return sha[:7] + ("-dirty" if sha.endswith("-dirty") else "")
+
+
+def commit_from() -> str | None:
+    """Where `commit` was read: "checkout", "PROVENANCE.json", or None."""
+    from nplm.tracking.records import code_version
+
+    return code_version()[1]
 
 
 def machine_name(device: str = "cpu") -> str:
@@ -118,7 +126,7 @@ def write_result(script: str, table: list[str], data: dict, out: Path | None = N
     """Print `table` and write `<out>/<machine>/<script>.json` (out: results/), replacing the machine's last
     result of that script: the table, `notes` (lines shown under it), `data` (every figure) and provenance."""
     path = (out or RESULTS) / machine_name(device) / f"{script}.json"
-    result = {"script": script, "machine": path.parent.name, "commit": commit(),
+    result = {"script": script, "machine": path.parent.name, "commit": commit(), "commit_from": commit_from(),
               "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "command": command(),
               "setup": machine_detail() + (f"; {torch_device_line()}" if device == "cuda" else ""),
               "table": table, "notes": notes or [], "data": data}

@@ -52,13 +52,14 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
 
 
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
-             batch_size: int = 1024, block_size: int | None = None) -> dict:
+             batch_size: int = 1024, block_size: int | None = None, changed_data: bool = False) -> dict:
     """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text` (in
-    batches of whole blocks of `block_size` tokens where given: a model with `trains_on_blocks`)."""
+    batches of whole blocks of `block_size` tokens where given: a model with `trains_on_blocks`). The
+    corpus's files must be those the checkpoint's run read (their sha256), unless `changed_data`."""
     import torch
 
-    from nplm.training.checkpoint import load_model
-    from nplm.data.corpora import file_tokens
+    from nplm.training.checkpoint import check_recorded_data, load_model
+    from nplm.data.corpora import file_tokens, missing_file
     from nplm.data.datamodule import LMDataModule, unknown_rate
     from nplm.data.sources import read_text
     from nplm.data.text_units import text_units, units_of_ids
@@ -93,8 +94,11 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
         return {"source": str(text), "oov_rate": oov_rate, **result, **_figures(result, units)}
     if "corpus" not in data:
         raise UserError("this checkpoint does not record its corpus; evaluate a file with --text")
+    missing_file(data["corpus"], "evaluate another file with --text FILE")
     dm = LMDataModule(data["corpus"], k, 1, batch_size, data_dir=data_dir, vocab=module.vocab)
     dm.setup()
+    if not changed_data:
+        check_recorded_data(module, checkpoint, dm.files, "--changed-data")
     if not dm.has_split(split):
         raise UserError(f"--split={split}: corpus '{data['corpus']['name']}' has no {split} split; try --split valid")
     result = perplexity(module, dm.windows[split], batch_size, block_size=block_size)
@@ -125,10 +129,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="windows (blocks with --block-size) per batch (default 1024)")
     parser.add_argument("--block-size", type=arg.integer(1), metavar="T",
                         help="score batches of whole blocks of T tokens (models that train on blocks: modern)")
+    parser.add_argument("--changed-data", action="store_true",
+                        help="evaluate the corpus's files as they are now, also where they differ from those the "
+                             "checkpoint's run read (refused otherwise)")
     parser.add_argument("--json", type=arg.output_file, metavar="OUT", help="also write the result to this JSON file")
     args = parser.parse_args(argv)
     result = json.dumps(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size,
-                                 args.block_size), indent=2)
+                                 args.block_size, args.changed_data), indent=2)
     print(result)
     if args.json:
         arg.write_text(args.json, result + "\n", "--json")

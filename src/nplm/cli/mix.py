@@ -59,8 +59,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=arg.output_dir, default="data_cache",
                         help="where corpus downloads go (default data_cache)")
     parser.add_argument("--batch-size", type=arg.integer(1), default=1024, help="windows per batch (default 1024)")
+    parser.add_argument("--changed-data", action="store_true",
+                        help="use the corpus's files as they are now, also where they differ from those the "
+                             "checkpoint's run read (refused otherwise)")
     args = parser.parse_args(argv)
-    result = mix(str(args.checkpoint), args.ngram, args.weight, str(args.data_dir), args.batch_size)
+    result = mix(str(args.checkpoint), args.ngram, args.weight, str(args.data_dir), args.batch_size, args.changed_data)
     print(format_table(result))
     if args.json:
         arg.write_text(args.json, json.dumps(result, indent=2) + "\n", "--json")

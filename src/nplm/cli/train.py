@@ -131,6 +131,7 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         cfg = _compose(overrides, conf_dir)
         check_run_folder(cfg, multirun)
         _validate(cfg)
+        check_subword_keys(overrides, cfg)
         return
     firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}  # a sweep's first job, for its folder
     first = [a.split("=", 1)[0] + "=" + values[0] if (values := firsts[a]) else a
@@ -146,7 +147,9 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     trainers: list[tuple[dict, int]] = []  # each distinct trainer group, with the first job (Hydra's #) that has it
     for n, job in enumerate(jobs):
         try:
-            trainer = OmegaConf.to_container(_validate(_compose(job, conf_dir)).trainer, resolve=True)
+            composed = _validate(_compose(job, conf_dir))
+            check_subword_keys(job, composed)
+            trainer = OmegaConf.to_container(composed.trainer, resolve=True)
         except UserError as err:
             raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
         if all(trainer != seen for seen, _ in trainers):
@@ -160,6 +163,19 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             check_trainer(trainer)
         except UserError as err:
             raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
+
+
+def check_subword_keys(overrides: list[str], cfg) -> None:
+    """Refuse a vocabulary key typed on the command line that the composed run's learned subword vocabulary
+    (corpus.tokenizer) makes meaningless (`SUBWORD_IGNORES`), rather than ignore it."""
+    from nplm.data.corpora import SUBWORD_IGNORES
+
+    tokenizer = cfg.corpus.get("tokenizer")
+    for arg in overrides if tokenizer is not None else []:
+        key = arg.lstrip("+").split("=", 1)[0]
+        if key.startswith("corpus.") and key[len("corpus."):] in SUBWORD_IGNORES:
+            raise UserError(f"{arg.lstrip('+')}: has no effect with corpus.tokenizer={tokenizer} (a vocabulary of "
+                            f"corpus.vocab_size pieces learned on the training split); leave {key} out")
 
 
 def sweep_jobs(overrides: list[str], cfg) -> list[list[str]] | None:

@@ -138,6 +138,20 @@ class FilePath(Str):
 
 
 @dataclass(frozen=True)
+class ExistingFile(FilePath):
+    """A file that must exist when the config is checked (relative to the working folder): a missing one is
+    refused before any data is read, naming where it was looked for."""
+
+    def __call__(self, value) -> str | None:
+        from pathlib import Path
+
+        problem = super().__call__(value)
+        if problem is None and value is not None and not Path(value).expanduser().is_file():
+            return f"an existing file: none at {Path(value).expanduser().resolve()}"
+        return problem
+
+
+@dataclass(frozen=True)
 class Choice(Rule):
     options: tuple = ()
 
@@ -233,10 +247,11 @@ class MaxTime(Rule):
     """Lightning's `max_time` as text: days:hours:minutes:seconds."""
 
     def ok(self, v) -> bool:
-        return isinstance(v, str) and re.fullmatch(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", v) is not None
+        parts = re.fullmatch(r"(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})", v) if isinstance(v, str) else None
+        return parts is not None and any(int(p) for p in parts.groups())  # 00:00:00:00 would train no step
 
     def text(self) -> str:
-        return 'a duration "DD:HH:MM:SS", e.g. "00:12:00:00"'
+        return 'a duration "DD:HH:MM:SS" longer than 0, e.g. "00:12:00:00"'
 
 
 @dataclass(frozen=True)

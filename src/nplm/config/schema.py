@@ -321,6 +321,9 @@ def check_devices(trainer: dict) -> None:
     import torch
 
     if accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()):
+        if str(trainer.get("precision")) in ("16-mixed", "16"):  # (Lightning would train in bf16-mixed instead)
+            raise _fail("trainer.precision", trainer["precision"], "a CPU has no float16 mixed precision (Lightning "
+                        "would train in bf16-mixed instead); set trainer.precision=bf16-mixed, or 32")
         devices = trainer.get("devices", 1)
         if isinstance(devices, int) and devices > cpu_cores():
             raise _fail("trainer.devices", devices, f"at most {cpu_cores()}, the CPU cores of this machine (one "

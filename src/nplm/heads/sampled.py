@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from nplm.config.rules import Bool, Float, Int
+from nplm.errors import UserError
 from nplm.heads.base import Head, rows, tie_checked, wide
 from nplm.heads.softmax import SoftmaxNLL
 
@@ -51,8 +52,13 @@ class SampledSoftmaxHead(Head):
                  proposal_power: float = 1.0, sparse: bool = False):
         super().__init__()
         self.num_samples, self.sparse = num_samples, sparse
-        q = (torch.tensor(counts, dtype=torch.float64) + 1.0) ** proposal_power  # [V]
-        q = q / q.sum()
+        # (count + 1)^power normalised in log space: no overflow at any power
+        q = torch.softmax(proposal_power * torch.log(torch.tensor(counts, dtype=torch.float64) + 1.0), 0)  # [V]
+        zero = int((q.float() == 0).sum())
+        if zero:  # a word the noise never draws: its sampled loss is infinite
+            raise UserError(f"head.proposal_power={proposal_power:g}: the noise distribution gives {zero} of the "
+                            f"{len(q)} words a probability of 0 in float32; lower head.proposal_power (1: the "
+                            "unigram distribution, 0.75: word2vec's)")
         self.register_buffer("proposal", q.float())  # [V] Q(w)
         self.register_buffer("proposal_cdf", torch.cumsum(q, 0), persistent=False)  # [V] float64
         self.out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V]: the same layout as the softmax head

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nplm.training.checkpoint import load_model
+from nplm.training.checkpoint import check_recorded_data, load_model
+from nplm.data.corpora import missing_file
 from nplm.data.datamodule import LMDataModule
 from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError, report_user_errors
@@ -174,10 +175,11 @@ def build_ngram(spec: str, dm: LMDataModule) -> NgramLanguageModel:
 
 # -- a checkpoint + a baseline -----------------------------------------------------------------
 def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float | None = 0.5,
-        data_dir: str = "data_cache", batch_size: int = 1024) -> dict:
+        data_dir: str = "data_cache", batch_size: int = 1024, changed_data: bool = False) -> dict:
     """Perplexities of the checkpoint's model, the n-gram baseline and their mixtures (the fixed
     `weight` for the neural model, None: skip it; and the weight fitted by EM on valid) on the valid
-    and test splits of the checkpoint's corpus."""
+    and test splits of the checkpoint's corpus, whose files must be those the checkpoint's run read
+    (their sha256), unless `changed_data`."""
     parse_ngram_spec(ngram)  # a bad spec fails before anything is loaded
     if weight is not None:
         weight = _check_weight(weight)
@@ -188,9 +190,12 @@ def mix(checkpoint_path: str, ngram: str = "interpolated-trigram", weight: float
     if "corpus" not in data:
         raise UserError(f"checkpoint {str(checkpoint_path)!r} does not record its corpus; it cannot be mixed "
                         "with an n-gram model of that corpus")
+    missing_file(data["corpus"], "mix a checkpoint trained on the data you have")
     dm = LMDataModule(data["corpus"], module.model.context_size, 1, batch_size, data_dir=data_dir,
                       vocab=module.vocab)
     dm.setup()
+    if not changed_data:
+        check_recorded_data(module, checkpoint_path, dm.files, "--changed-data")
     if not dm.has_split("valid"):
         raise UserError(f"corpus '{data['corpus']['name']}' has no valid split to fit the mixture weight on")
     model = build_ngram(ngram, dm)

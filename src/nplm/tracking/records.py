@@ -65,16 +65,24 @@ def checkout_state(where: Path) -> tuple[str, bool] | None:
     return head, bool(changed)
 
 
-def git_commit() -> str | None:
-    """HEAD of the checkout nplm runs from, with "-dirty" where its code differs from it
-    (`checkout_state`); outside a checkout, the environment's NPLM_GIT_COMMIT (a copy of the code sent to
-    a machine without its .git says where it came from), else None. Inside one, NPLM_GIT_COMMIT is
-    ignored: the checkout itself says what runs."""
+def code_version() -> tuple[str | None, str | None]:
+    """(the commit of the code nplm runs from, where that was read): HEAD of its checkout with "-dirty" where
+    the code differs from it (`checkout_state`), "checkout"; outside a checkout, the commit of a verified
+    `PROVENANCE.json` (`nplm.tracking.provenance`: "-dirty" where the copy's files differ from it),
+    "PROVENANCE.json"; else (None, None): nobody's word is taken for it."""
+    from nplm.tracking.provenance import FILE, verified_commit
+
     state = checkout_state(Path(__file__).resolve().parent)
     if state is None:
-        return os.environ.get("NPLM_GIT_COMMIT") or None
+        commit = verified_commit()
+        return commit, FILE if commit is not None else None
     head, dirty = state
-    return head + ("-dirty" if dirty else "")
+    return head + ("-dirty" if dirty else ""), "checkout"
+
+
+def git_commit() -> str | None:
+    """The commit of `code_version`."""
+    return code_version()[0]
 
 
 def _number(value):
@@ -108,7 +116,6 @@ def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep:
     since the run started); `sweep`, the other jobs of its sweep (the folders beside `run_dir`), so a
     sweep's rows compare models on the same data. A file of the same content under another path (a
     moved cache) is the same data."""
-    now = set(files.values())
     runs = [run_dir] if resuming else []
     if sweep and run_dir.parent.is_dir():
         runs += sorted(p for p in run_dir.parent.iterdir() if p.is_dir() and p != run_dir)
@@ -118,15 +125,23 @@ def check_same_data(run_dir: Path, files: dict[str, str], resuming: bool, sweep:
         except (OSError, ValueError, AttributeError):
             continue
         which = "this run" if run == run_dir else f"job {run.name} of this sweep"
-        for name, digest in stored.items():
-            if files.get(name, digest) == digest and (name in files or digest in now or run != run_dir):
-                continue
-            if name in files:
-                raise UserError(f"{name}: changed since {which} read it ({run}: sha256 {digest[:12]}..., now "
-                                f"{files[name][:12]}...); put the file back as it was, or start a new run "
-                                "(a new sweep) on the new data")
-            raise UserError(f"{name}: {which} was trained on that file ({run}) and this run reads no file with "
-                            f"its content (sha256 {digest[:12]}...); put it back, or start a new run on the new data")
+        same_files(stored, files, which, run, "start a new run (a new sweep) on the new data", renamed_ok=run != run_dir)
+
+
+def same_files(stored: dict[str, str], files: dict[str, str], which: str, where: Path, fix: str,
+               renamed_ok: bool = True) -> None:
+    """Refuse data `files` (name -> sha256) that are not the `stored` ones `which` (recorded in `where`) read,
+    naming the first file that changed or is gone and, besides putting it back, `fix`. A file of the same
+    content under another name is the same data (unless not `renamed_ok` and the name was kept)."""
+    now = set(files.values())
+    for name, digest in stored.items():
+        if files.get(name, digest) == digest and (name in files or digest in now or renamed_ok):
+            continue
+        if name in files:
+            raise UserError(f"{name}: changed since {which} read it ({where}: sha256 {digest[:12]}..., now "
+                            f"{files[name][:12]}...); put the file back as it was, or {fix}")
+        raise UserError(f"{name}: {which} was trained on that file ({where}) and no file read now has its content "
+                        f"(sha256 {digest[:12]}...); put it back, or {fix}")
 
 
 def gpu_trained_on(cfg: DictConfig) -> str | None:
@@ -152,7 +167,7 @@ class RunRecord:
             **writer(),
             "experiment": cfg.get("experiment_name"),
             "seed": cfg.seed,
-            "git_commit": git_commit(),
+            **dict(zip(("git_commit", "commit_from"), code_version())),
             "data_files": data_files,
             "corpus": corpus,
             "command": " ".join(sys.argv),

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
 
 from nplm.data.subwords import KINDS as SUBWORD_KINDS, Subwords
 from nplm.data.vocabulary import Vocabulary
 from nplm.errors import UserError
 from nplm.training.module import CHECKPOINT_KEY, LanguageModel
+
+DATA_FILES_KEY = "nplm_data_files"  # the checkpoint's entry: each data file its run read -> its sha256
+
+
+class DataFilesInCheckpoint(pl.Callback):
+    """Writes the run's data files (name -> sha256, `LMDataModule.files`) into every checkpoint, so that a
+    command using the checkpoint later (nplm-eval, nplm-mix) can tell the data it reads from the data the
+    run was trained and tested on."""
+
+    def __init__(self, files: dict[str, str]):
+        self.files = dict(files)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint[DATA_FILES_KEY] = self.files
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -41,6 +56,7 @@ def load_model(path: str | Path) -> LanguageModel:
                             "whose run folder also holds tokenizer.json")
         vocab.subword = Subwords.from_dict(entry["tokenizer"])
     module = LanguageModel(**ckpt["hyper_parameters"], vocab=vocab, tree=entry.get("tree"))
+    module.data_files = ckpt.get(DATA_FILES_KEY)  # (None: a checkpoint written before they were recorded)
     try:
         module.load_state_dict(ckpt["state_dict"])
     except RuntimeError as err:
@@ -49,23 +65,50 @@ def load_model(path: str | Path) -> LanguageModel:
     return module.eval()
 
 
-def check_resumable(path: str | Path, module: LanguageModel) -> None:
-    """Refuse to continue training `module` from a checkpoint of another vocabulary, model or head,
-    naming what differs, instead of failing deep inside `load_state_dict`."""
+def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
+    """Before any data is read: refuse to continue a run of `model` and `head` (their config groups) from a
+    checkpoint that cannot be read or was trained with another model or head, naming what differs. Returns
+    the checkpoint's vocabulary, tree and hyperparameters for `check_resumable_data`."""
     ckpt = read_checkpoint(path)
     theirs = ckpt["hyper_parameters"]
+    for part, ours in (("model", model), ("head", head)):
+        name = theirs.get(part, {}).get("name")
+        if name != ours.get("name"):
+            raise UserError(f"resume: checkpoint {str(path)!r} was trained with {part}={name}, not {part}="
+                            f"{ours.get('name')}; resume it with {part}={name}")
+        if dict(theirs.get(part, {})) != dict(ours):
+            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
+                          if ours.get(k) != theirs.get(part, {}).get(k))
+            raise UserError(f"resume: checkpoint {str(path)!r} has another {part} ("
+                            f"{', '.join(f'{part}.{k}' for k in diff)} differ); resume with the settings it was "
+                            "trained with")
+    return {"hyper_parameters": theirs, CHECKPOINT_KEY: ckpt[CHECKPOINT_KEY]}
+
+
+def check_resumable_data(ckpt: dict, path: str | Path, module: LanguageModel) -> None:
+    """Once the corpus is read: refuse to continue training `module` from checkpoint `ckpt` (read from `path`
+    by `check_resumable_settings`) of another vocabulary or tree, instead of failing inside `load_state_dict`."""
     vocab = ckpt[CHECKPOINT_KEY]["vocab"]["tokens"]
     if vocab != module.vocab.tokens:
         raise UserError(f"checkpoint {str(path)!r} was trained on another vocabulary ({len(vocab)} words, this "
                         f"corpus has {len(module.vocab)}); resume it with its own corpus settings")
-    for part in ("model", "head"):
-        ours = dict(module.hparams[part])
-        if dict(theirs.get(part, {})) != ours:
-            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
-                          if ours.get(k) != theirs.get(part, {}).get(k))
-            raise UserError(f"checkpoint {str(path)!r} has another {part} ({', '.join(f'{part}.{k}' for k in diff)} "
-                            "differ); resume with the settings it was trained with")
     theirs_tree = (ckpt[CHECKPOINT_KEY].get("tree") or {}).get("children")
     if theirs_tree != (module.tree.to_dict()["children"] if module.tree is not None else None):
         raise UserError(f"checkpoint {str(path)!r} was trained on another tree; resume with tree=file "
                         "tree.path=<its run>/tree.json")
+
+
+def check_recorded_data(module: LanguageModel, path: str | Path, files: dict[str, str], flag: str) -> None:
+    """Refuse data `files` (name -> sha256) that differ from those the run of checkpoint `path` (loaded as
+    `module`) read: recorded in the checkpoint, or in its run folder's metrics.json for older checkpoints.
+    `flag`: the command's own flag that evaluates the data as it is now."""
+    from nplm.tracking.records import same_files
+    from nplm.tracking.runs import read_record
+
+    recorded, where = module.data_files, Path(path)
+    if recorded is None:  # <run>/checkpoints/<name>.ckpt: the run's record
+        record = read_record(Path(path).expanduser().resolve().parent.parent) or {}
+        recorded, where = record.get("data_files"), Path(path).expanduser().resolve().parent.parent / "metrics.json"
+    if recorded:
+        same_files(recorded, files, "the checkpoint's run", where, f"pass {flag} to use the data as it is now")
+

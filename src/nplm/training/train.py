@@ -23,14 +23,14 @@ from pytorch_lightning.utilities import rank_zero_only
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
-from nplm.files import atomic_write
+from nplm.files import atomic_write, folder_problem
 from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
 from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
                                 names_a_run, read_record, resolve_resume)
-from nplm.training.checkpoint import check_resumable
+from nplm.training.checkpoint import DataFilesInCheckpoint, check_resumable_data, check_resumable_settings
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
@@ -59,10 +59,11 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     """Train, validate each epoch, test the best checkpoint; return the final metrics. `callbacks`: added to
     the run's Trainer after nplm's own (a benchmark's clock, a test's watch).
 
-    A `UserError` (bad config value, bad data) removes the job's run directory, so a mistake never
-    leaves a half-written run behind, except a `WriteError` (a full disk) once the run has a checkpoint:
-    that stays, to be continued; and `Diverged` (a training loss no longer finite): the run stays, its
-    metrics.json "diverged", with the checkpoints written before. Any other failure marks metrics.json "failed".
+    A `UserError` raised before training begins (bad config value, bad data) removes the job's run directory,
+    so a mistake never leaves a half-written run behind, except a `WriteError` (a full disk) once the run has
+    a checkpoint: that stays, to be continued. Once `trainer.fit` has begun nothing removes the run: an error
+    leaves its folder, its checkpoints and its record (metrics.json "failed" with the error, or "diverged"
+    for `Diverged`, a training loss no longer finite), and `resume=<the run's folder>` continues it.
     One process writes a run folder at a time (`nplm.tracking.lock`): a second is refused.
     """
     quiet(bool(cfg.get("verbose")))
@@ -71,6 +72,7 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     try:
         cfg = validate(cfg)  # every key against nplm.config.schema, before any data is read
         processes = check_trainer(container(cfg.trainer))  # and what Lightning refuses when it makes the Trainer
+        check_data_dir(cfg.paths.data_dir)
     except UserError as err:
         _fail_fresh_job(fresh, overrides, err)
         raise
@@ -103,6 +105,9 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
                 # tree=learned's first phase diverged (bootstrap/metrics.json says where), before this run's record
                 write_json(out_dir / "metrics.json", {**record, "status": "diverged", "error": str(err)})
             raise
+        if getattr(err, "run_kept", False):  # raised once training had begun: the run stays, its record says why
+            log.error("the run stays in %s: resume=%s continues it", out_dir, out_dir)
+            raise
         # a full disk after a checkpoint: the run stays, to be continued (its record says why it stopped)
         kept = isinstance(err, WriteError) and any((out_dir / "checkpoints").glob("*.ckpt"))
         _fail_fresh_job(fresh, overrides, err, remove=not kept and (ckpt is None or not ckpt.is_relative_to(fresh)))
@@ -110,6 +115,15 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     finally:
         if lock is not None:
             lock.release()
+
+
+def check_data_dir(folder: str) -> None:
+    """`paths.data_dir` (downloads, the id cache, the device's measured peak) must be writable: refused before
+    any data is read, not when a run first writes there."""
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise UserError(f"paths.data_dir={folder}: {problem}" + ("" if ";" in problem else "; give paths.data_dir "
+                        "a folder you can write"))
 
 
 def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
@@ -132,6 +146,7 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     """One run in `out_dir` (from checkpoint `ckpt`, or fresh), trained by `processes` processes (DDP's
     ranks), `callbacks` added to its Trainer: the steps, in order."""
     set_up_process(cfg)
+    resumed = None if ckpt is None else check_resumable_settings(ckpt, container(cfg.model), container(cfg.head))
     dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0), block_size=cfg.data.get("block_size"))
@@ -146,8 +161,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                            dm.vocab, data={"corpus": container(cfg.corpus), **container(cfg.data)}, tree=tree)
     module.step_options = plan.step_options
     module.train_batches = plan.train_batches
-    if ckpt is not None:
-        check_resumable(ckpt, module)
+    if resumed is not None:
+        check_resumable_data(resumed, ckpt, module)
     if cfg.get("compile"):
         module.compile_training_step()
     module.cuda_graphs = cfg.get("cuda_graphs", True)
@@ -171,9 +186,11 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         record.save()
 
     flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
-    failed = True
+    failed, began = True, False
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, *callbacks])
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, DataFilesInCheckpoint(dm.files),
+                                                                                 *callbacks])
+        began = True  # from here on the run is never removed: it may hold checkpoints
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
@@ -202,11 +219,12 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
                        best_checkpoint=trainer.checkpoint_callback.best_model_path or None)
         raise
     except UserError as err:
-        if isinstance(err, WriteError):  # a full disk: the checkpoints stay; the record says why, if it can
+        if began or isinstance(err, WriteError):  # the run stays: its record says why it stopped, if it can
             try:
                 record.fail(err)
             except WriteError:
                 pass
+        err.run_kept = began  # (train() removes the folder of a mistake found before training began)
         raise
     except BaseException as err:
         record.fail(err)

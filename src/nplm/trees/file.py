@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from nplm.config.rules import FilePath
+from nplm.config.rules import ExistingFile
 from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
 
-@register_tree("file", keys={"path": FilePath(required=True, hint="e.g. tree.path=<run>/tree.json",
+@register_tree("file", keys={"path": ExistingFile(required=True, hint="e.g. tree.path=<run>/tree.json",
                                               doc="a tree.json written by an earlier run")})
 def build(ctx, path: str) -> Tree:
     """A saved tree (`tree.json` of an earlier run) over the same vocabulary."""

@@ -15,7 +15,7 @@ import torch
 
 from nplm.errors import UserError
 from nplm.trees.mixture_tree import SPLITS, mixture_tree
-from nplm.config.rules import Check, Choice, FilePath, Float, Int
+from nplm.config.rules import Check, Choice, ExistingFile, Float, Int
 from nplm.trees import register_tree
 from nplm.trees.tree import Tree
 
@@ -60,7 +60,7 @@ def _eps_needs_adaptive(tree: dict) -> str | None:
     "split": Choice(options=SPLITS, default="adaptive", doc="Mnih & Hinton's ADAPTIVE or BALANCED"),
     "eps": Float(ge=0, lt=0.5, default=0.0, doc="ADAPTIVE(eps): words this close to 0.5 get codes in both subtrees"),
     "runs": Int(1, default=1, doc="trees whose codes every word gets (several codes per word)"),
-    "bootstrap_checkpoint": FilePath(nullable=True, doc="a first model trained elsewhere (skips phase 1)")})
+    "bootstrap_checkpoint": ExistingFile(nullable=True, doc="a first model trained elsewhere (skips phase 1)")})
 def build(ctx, split: str = "adaptive", eps: float = 0.0, runs: int = 1, iterations: int = 30,
           seed: int | None = None) -> Tree:
     """`split`: balanced | adaptive (Mnih & Hinton's BALANCED, ADAPTIVE); `eps` >= 0 with adaptive:

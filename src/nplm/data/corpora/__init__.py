@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nplm.config.registry import Registry
-from nplm.config.rules import Check, Choice, Int, Size, Str, show
+from nplm.config.rules import Check, Choice, FilePath, Int, Size, Str, show
 from nplm.data import sources
+from nplm.data.subwords import BYTES
 from nplm.data.subwords import KINDS as SUBWORD_KINDS
 from nplm.errors import UserError
 
@@ -42,6 +43,8 @@ def _one_rest(c: dict) -> str | None:
 def _subword_size(c: dict) -> str | None:
     if c.get("tokenizer") is not None and c.get("vocab_size") is None:
         return f"a number of pieces with corpus.tokenizer={c['tokenizer']}, e.g. corpus.vocab_size=2000"
+    if c.get("tokenizer") == "bpe" and c.get("vocab_size") is not None and c["vocab_size"] < BYTES:
+        return f"at least {BYTES} with corpus.tokenizer=bpe (its alphabet is the {BYTES} bytes), e.g. corpus.vocab_size=512"
     if c.get("tokenizer") is None and c.get("vocab_size") is not None:
         return "null without corpus.tokenizer (set corpus.tokenizer=bpe to learn a subword vocabulary)"
     return None
@@ -58,6 +61,19 @@ CORPORA = Registry("corpus", __name__, common={
     "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
 }, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
 register_corpus = CORPORA.register
+# The vocabulary keys a learned subword vocabulary (corpus.tokenizer) makes meaningless: its pieces are
+# corpus.vocab_size, learned on the training split, in the tokenizer's order, with its own unknown token.
+SUBWORD_IGNORES = ("vocab_from", "min_count", "max_vocab", "unk", "order")
+
+
+def missing_file(cfg: dict, fix: str) -> None:
+    """Refuse corpus `cfg` (as a checkpoint recorded it) where a key naming a file (a `FilePath` rule) names one
+    that is gone, before anything is read: the file, and besides putting it back, `fix` (the command's own)."""
+    for key, rule in CORPORA[cfg["name"]].keys.items():
+        path = cfg.get(key)
+        if isinstance(rule, FilePath) and path and not Path(path).expanduser().is_file():
+            raise UserError(f"corpus.{key}={path}: no such file ({Path(path).expanduser().resolve()}), a file of "
+                            f"the checkpoint's corpus; put it back, or {fix}")
 # The split sizes of a corpus that is one text cut in three (`split`).
 SIZES = {"train_size": Size(required=True, doc="training tokens (a count, or a fraction of the corpus)"),
          "valid_size": Size(nullable=True, doc="validation tokens (null: the rest)"),
