@@ -11,13 +11,14 @@
 # ROWS (default every modern-gpu-* row of run.py): comma-separated.
 # Results: experiments/tinyshakespeare_char/results/<row>.json; with $OUT set (the device machine),
 #   $OUT/ts_results.tgz holds them with every row's log and run record.
-# Missing Python packages (hydra-core, omegaconf, antlr4, nltk) are installed from .whl/ when present;
-# NPLM_GIT_COMMIT names the commit where the copy has no .git or an older one (experiments/device_env.sh).
+# Missing Python packages (hydra-core, omegaconf, antlr4, nltk) are installed from .whl/ when present
+# (experiments/device_env.sh); a copy without .git records the commit of its PROVENANCE.json
+# (`python -m nplm.tracking.provenance write` in the clean checkout it is sent from).
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_S=${1:-1100}
 START=$(date +%s)
-source experiments/device_env.sh "${NPLM_GIT_COMMIT:-}"  # a stale .git hidden, the wheels, PYTHONPATH
+source experiments/device_env.sh  # the wheels, PYTHONPATH
 export OMP_NUM_THREADS=1
 ROWS=${2:-$(python3 -c "
 import runpy; print(','.join(r for r in runpy.run_path('experiments/tinyshakespeare_char/run.py')['ROWS'] if r.startswith('modern-gpu-')))")}
