@@ -149,8 +149,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if ckpt is not None:
         check_resumable(ckpt, module)
     if cfg.get("compile"):
-        module.compile_training_step()
+        module.compile_training_step(cfg.get("compile_backend") or "inductor", cfg.get("compile_mode"))
     module.cuda_graphs = cfg.get("cuda_graphs", True)
+    module.capture_dry, module.sync_debug = bool(cfg.get("capture_dry")), bool(cfg.get("sync_debug"))
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
