@@ -146,8 +146,7 @@ TOP_DOC = {
     "verbose": "show third-party info and warnings that are silenced by default",
     "steps_per_execution": "training batches per Lightning step, each its own optimizer step (less overhead)",
     "compile": "torch.compile the training step",
-    "compile_mode": ("torch.compile's mode with compile=true (null: its default); reduce-overhead: torch.compile's own "
-                     "CUDA graphs of forward and backward, the optimizer update eager after them, nplm's capture off"),
+    "compile_mode": "torch.compile's mode with compile=true (reduce-overhead: its own CUDA graphs, nplm's capture off)",
     "compile_backend": "torch.compile's backend with compile=true (aot_eager: its graph capture without code generation)",
     "cuda_graphs": "on a CUDA device, replay each training step as a captured CUDA graph (ignored on a CPU)",
     "capture_dry": "run the captured step (static buffers, one function, replays counted) without CUDA graphs, on any device",
