@@ -150,19 +150,19 @@ class LanguageModel(pl.LightningModule):
         log_every = self.step_options.log_every_n_steps or self.trainer.log_every_n_steps
         done = tokens = 0
         steps_before = step = self.global_step  # (counted here per batch: Lightning's counter is a chain of reads)
-        batch = self._epoch.batches  # the epoch's batches so far
+        epoch_batches = self._epoch.batches  # trained so far this epoch
         last = len(group) - 1 if self.trainer.is_last_batch else -1
         with sync_mode(self._sync_debug, "error" if steps_before > stepper.setup_steps else "default"):
             for i, (context, target) in enumerate(group):
                 if 0 < max_steps <= step:
                     break
-                batch += 1
-                stepped = batch % accumulate == 0 or i == last  # (a partial last one)
+                epoch_batches += 1
+                stepped = epoch_batches % accumulate == 0 or i == last  # (a partial last one)
                 stepper.train(context, target, stepped)
                 step += stepped
                 done += 1
                 tokens += target.numel()
-                watch.add_batch(target.numel(), step + (not stepped), batch)
+                watch.add_batch(target.numel(), step + (not stepped), epoch_batches)
         if not done:  # max_steps was reached before this group
             return {"batches": 0, "tokens": 0}
         losses, group_sum = stepper.take_losses()  # [N] (or [1]: their sum), float64 []
