@@ -89,23 +89,23 @@ TOY_FAST = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hi
 
 @pytest.fixture
 def compile_backend(monkeypatch):
-    """The backend compile=true uses in a test: "aot_eager" (the graph capture through AOT autograd, as
-    inductor's; seconds), or "inductor" with NPLM_TEST_INDUCTOR=1 (code generation too; gpu_check.py). Under
+    """The override of the backend compile=true uses in a test, `compile_backend=aot_eager` (the graph capture
+    through AOT autograd, as inductor's; seconds), or `compile_backend=inductor` with NPLM_TEST_INDUCTOR=1 (code
+    generation too; gpu_check.py): a test adds it beside compile=true. Under
     inductor, random ops (sampling heads, dropout) fall back to eager's generator, so that a compiled run
     draws the same numbers as the eager one it is compared with (inductor's own stream differs); and the eager
     runs drop out with torch's dropout, as compiled steps do (`nplm.fast.dropout`'s CPU mask is eager-only)."""
     from nplm.fast import dropout
 
     backend = "inductor" if os.environ.get("NPLM_TEST_INDUCTOR") else "aot_eager"
-    monkeypatch.setenv("NPLM_COMPILE_BACKEND", backend)
     monkeypatch.setattr(dropout, "applies", lambda *_: False)
     if backend != "inductor":
-        yield backend
+        yield f"compile_backend={backend}"
         return
     from torch._inductor import config
 
     with config.patch(fallback_random=True):
-        yield backend
+        yield f"compile_backend={backend}"
 
 
 def head_variants() -> list[tuple[str, dict]]:

@@ -11,6 +11,7 @@ from nplm.fast import backprop
 from nplm.heads import build_head
 from nplm.models.nplm import NPLM, NPLMConfig
 from nplm.training.module import LanguageModel
+from nplm.training.steps import ByHandStep, CompiledStep
 from nplm.training.train import train
 
 V, B = 29, 24
@@ -75,7 +76,7 @@ REAL = (backprop.possible, backprop.train_loss, LanguageModel.on_train_start, La
 def run_observed(folder, monkeypatch, *overrides: str, listen: bool = False) -> tuple[dict, dict]:
     """Train the toy corpus in-process, in `folder`, with nplm-train's own choice between the two paths, forcing
     nothing, and record it: what the real `backprop.possible` answered, the module's choice
-    (`_by_hand`), whether the step was compiled, and how many training batches went through
+    (a `ByHandStep`), whether the step was compiled, and how many training batches went through
     `backprop.train_loss` (by hand) and through `LanguageModel._train_loss` (autograd).
     `listen=True` registers a gradient hook (the identity) on a parameter before that choice: someone
     listening to the gradient is one of the documented cases for autograd, so `possible` must see it.
@@ -95,8 +96,8 @@ def run_observed(folder, monkeypatch, *overrides: str, listen: bool = False) -> 
         if listen:
             next(self.model.parameters()).register_hook(lambda grad: grad)
         real_start(self)
-        seen["by_hand"].append(self._by_hand)
-        seen["compiled"].append(self._compiled)
+        seen["by_hand"].append(isinstance(self.stepper, ByHandStep))
+        seen["compiled"].append(isinstance(self.stepper, CompiledStep))
 
     def autograd_loss(self, context, target):
         seen["autograd_steps"] += 1
@@ -134,9 +135,9 @@ def test_nplm_train_uses_autograd_for_other_heads_and_compile(tmp_path, monkeypa
     _, seen = run_observed(tmp_path / "tree", monkeypatch, "head=hierarchical", "tree=balanced")
     assert seen["possible"] == [False] and seen["by_hand"] == [False], seen
     assert seen["hand_steps"] == 0 and seen["autograd_steps"] > 0, seen
-    monkeypatch.setenv("NPLM_COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
-    metrics, seen = run_observed(tmp_path / "compiled", monkeypatch, "head=softmax", "compile=true")
+    metrics, seen = run_observed(tmp_path / "compiled", monkeypatch, "head=softmax", "compile=true",
+                                 "compile_backend=aot_eager")
     assert seen["compiled"] == [True] and seen["by_hand"] == [False], seen
     assert seen["hand_steps"] == 0, seen
     assert 1.5 < metrics["val/ppl"] < 40

@@ -74,7 +74,8 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
     ("corpus.tokenizer=sentencepiece", "corpus.tokenizer=sentencepiece: must be one of: bpe, wordpiece, unigram or null"),
     ("+model.foo=1", "model.foo=1: unknown key of model=nplm; valid keys: activation, context_size, direct, dropout, "
                      "embed_dim, hidden_dim, name, sparse_embeddings"),
-    ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, compile, corpus, cuda_graphs, data, "),
+    ("+foo=1", "^foo=1: unknown key; valid top-level keys: callbacks, capture_dry, compile, compile_backend, "
+               "compile_mode, corpus, cuda_graphs, data, "),
     ("tree=file", "tree.path=???: must be set for tree=file: the path of a file (e.g. tree.path=<run>/tree.json)"),
     ("head=hierarchical head.node_init=uniform", "head.node_init=uniform: must be one of: random, zero, unigram"),
     ("head=adaptive head.cutoffs=[3,2]", "head.cutoffs=[3,2]: must be a non-empty list of increasing integers >= 1, "

@@ -213,7 +213,7 @@ def test_compile_true_trains_on_blocks_as_eager_does(run_train, compile_backend)
     same perplexities as eager."""
     eager = run_train(*SMALL, "trainer.max_epochs=1")
     torch._dynamo.reset()
-    compiled = run_train(*SMALL, "trainer.max_epochs=1", "compile=true")
+    compiled = run_train(*SMALL, "trainer.max_epochs=1", "compile=true", compile_backend)
     for key in ("train/ppl", "val/ppl"):
         assert compiled[key] == pytest.approx(eager[key], rel=1e-4), key
 

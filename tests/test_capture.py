@@ -315,12 +315,8 @@ def test_a_checkpoint_holds_the_optimizer_state_as_an_eager_run_saves_it():
     assert isinstance(optimizer.param_groups[0]["lr"], torch.Tensor) and optimizer.param_groups[0]["capturable"]
 
 
-def dry_run(run_train, monkeypatch, *overrides: str) -> dict:
-    monkeypatch.setenv("NPLM_CAPTURE_DRY", "1")
-    try:
-        return run_train(*overrides)
-    finally:
-        monkeypatch.delenv("NPLM_CAPTURE_DRY")
+def dry_run(run_train, *overrides: str) -> dict:
+    return run_train(*overrides, "capture_dry=true")
 
 
 def full_batches(metrics: dict, batch: int = 32) -> int:
@@ -329,7 +325,7 @@ def full_batches(metrics: dict, batch: int = 32) -> int:
 
 
 @pytest.mark.parametrize("model", ["nplm", "modern"])
-def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, monkeypatch, model):
+def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, model):
     """Through nplm-train (Lightning, groups of batches, a partial last group, a per-step schedule,
     validation, checkpoints): the dry captured step's run has the eager run's perplexities; it logs the
     batches that ran on the static buffers."""
@@ -339,7 +335,7 @@ def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, mo
         overrides += ["model=modern", "model.window=2", "model.summaries=1", "model.num_layers=2",
                       "model.first_hidden_dim=null"]
     eager = run_train(*overrides)
-    dry = dry_run(run_train, monkeypatch, *overrides)
+    dry = dry_run(run_train, *overrides)
     assert "train/graph_steps" not in eager
     # the last epoch replayed every full batch: the graph of the first epoch was kept (no warm-up again)
     assert dry["train/graph_steps"] == full_batches(dry)
@@ -348,39 +344,41 @@ def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, mo
     assert 0 < dry["train/lr"] < 0.01  # the cosine's value after two epochs, not the tensor's initial one
 
 
-def test_the_weights_moving_average_keeps_the_step_captured(run_train, monkeypatch):
+def test_the_weights_moving_average_keeps_the_step_captured(run_train):
     """callbacks.ema_decay (the sun2021 recipes' default) listens to no per-batch backward/optimizer hook: the
     step stays captured, and the averaged weights validate as in the eager run."""
     overrides = [*TOY_FAST, "trainer.max_epochs=2", "callbacks.ema_decay=0.9"]
     eager = run_train(*overrides)
-    dry = dry_run(run_train, monkeypatch, *overrides)
+    dry = dry_run(run_train, *overrides)
     assert dry["train/graph_steps"] > 0
     for key in ("val/ppl", "test/ppl"):
         assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
 
 
-def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train, monkeypatch):
+def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train):
     """ReduceLROnPlateau steps after validation, filling the captured step's tensor step size in place."""
     overrides = [*TOY_FAST, "trainer.max_epochs=3", "optimizer=sgd", "optimizer.lr=5.0", "optimizer.lr_decay=0",
                  "optimizer.plateau_factor=0.5"]
     eager = run_train(*overrides)
-    dry = dry_run(run_train, monkeypatch, *overrides)
+    dry = dry_run(run_train, *overrides)
     for key in ("train/ppl", "val/ppl", "train/lr"):
         assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
     assert dry["train/lr"] == 2.5  # the last epoch's: halved once after a validation no better than the best
 
 
-def test_an_uncapturable_run_says_why_in_one_line_and_trains_eagerly(run_train, monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="nplm.training.module"):
-        metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1", "model.sparse_embeddings=true")
+def test_an_uncapturable_run_says_why_in_one_line_and_trains_eagerly(run_train, caplog):
+    with caplog.at_level(logging.WARNING, logger="nplm.training.steps.captured"):
+        metrics = dry_run(run_train, *TOY_FAST, "trainer.max_epochs=1", "model.sparse_embeddings=true")
     lines = [r.getMessage() for r in caplog.records if "cuda_graphs" in r.getMessage()]
     assert len(lines) == 1 and "row-sparse gradients" in lines[0] and "cuda_graphs=false silences this" in lines[0]
     assert "train/graph_steps" not in metrics and metrics["train/ppl"] > 0
 
 
-def test_cuda_graphs_false_trains_eagerly_even_in_dry_mode(run_train, monkeypatch):
-    metrics = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1", "cuda_graphs=false")
-    assert "train/graph_steps" not in metrics
+def test_capture_dry_with_cuda_graphs_false_is_refused_before_any_data(run_train):
+    with pytest.raises(UserError) as info:
+        dry_run(run_train, *TOY_FAST, "trainer.max_epochs=1", "cuda_graphs=false")
+    assert str(info.value) == ("capture_dry=true: dry-runs the captured step, which cuda_graphs=false turns off; set "
+                               "cuda_graphs=true or capture_dry=false")
 
 
 def test_cuda_graphs_must_be_a_boolean(run_train):
@@ -450,9 +448,9 @@ def test_dropout_masks_differ_between_replays_on_cuda():
     assert step.replays == 3 and len(set(sums[capture.WARMUP_STEPS:])) == 3
 
 
-def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, monkeypatch, tmp_path):
+def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, tmp_path):
     """last.ckpt holds float step sizes, capturable off; resuming it without the captured step trains on."""
-    first = dry_run(run_train, monkeypatch, *TOY_FAST, "trainer.max_epochs=1")
+    first = dry_run(run_train, *TOY_FAST, "trainer.max_epochs=1")
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)
     groups = saved["optimizer_states"][0]["param_groups"]
@@ -464,7 +462,7 @@ def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, m
 
 @CUDA
 def test_the_reduce_overhead_mode_on_cuda_trains_as_the_eager_step():
-    """NPLM_COMPILE_MODE=reduce-overhead on a GPU, as training_step drives it (a cudagraph step per batch, the
+    """compile_mode=reduce-overhead on a GPU, as training_step drives it (a cudagraph step per batch, the
     losses copied out): the modern NPLM with the adaptive head trains as the eager loop does (fp32, no dropout)."""
     from torch._inductor import config
 
@@ -511,13 +509,14 @@ def test_nplm_train_captures_the_compiled_step_compiling_it_once(run_train, comp
     partial last batch, of another shape), and the perplexities are the uncaptured compiled run's."""
     from torch._dynamo.testing import CompileCounter
 
-    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true", "data.batch_size=8"]  # 14 full batches, 1 short
+    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true", compile_backend,
+                 "data.batch_size=8"]  # 14 full batches, 1 short
     plain = run_train(*overrides)
     torch._dynamo.reset()
     counter = CompileCounter()
     compile_ = torch.compile  # the run's compile, through a backend that counts the graphs it is handed
     monkeypatch.setattr(torch, "compile", lambda f, **kw: compile_(f, **{**kw, "backend": counter}))
-    captured = dry_run(run_train, monkeypatch, *overrides)
+    captured = dry_run(run_train, *overrides)
     assert captured["train/graph_steps"] == full_batches(captured, batch=8) - capture.WARMUP_STEPS == 11
     assert counter.frame_count == 2  # the full batches' shape, and the partial last batch's
     for key in ("train/ppl", "val/ppl"):
@@ -526,16 +525,15 @@ def test_nplm_train_captures_the_compiled_step_compiling_it_once(run_train, comp
 
 def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(run_train, compile_backend,
                                                                               monkeypatch):
-    """NPLM_COMPILE_MODE=reduce-overhead (torch.compile's own CUDA graphs): every training batch starts a new
+    """compile_mode=reduce-overhead (torch.compile's own CUDA graphs): every training batch starts a new
     cudagraph step and its losses are copied out before the next one reuses the graph's memory; nplm's own
     capture stays off. On the CPU the mode captures nothing: the same perplexities as the plain compiled run."""
-    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true"]
+    overrides = [*TOY_FAST, "trainer.max_epochs=1", "compile=true", compile_backend]
     plain = run_train(*overrides)
     torch._dynamo.reset()
     marks = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
-    monkeypatch.setenv("NPLM_COMPILE_MODE", "reduce-overhead")
-    trees = dry_run(run_train, monkeypatch, *overrides)
+    trees = dry_run(run_train, *overrides, "compile_mode=reduce-overhead")
     assert len(marks) == full_batches(trees) + 1  # each batch, the last partial one too
     assert "train/graph_steps" not in trees  # nplm's capture is off
     for key in ("train/ppl", "val/ppl"):
@@ -610,11 +608,10 @@ def test_lightning_steps_read_the_device_only_at_log_lines(tmp_path, monkeypatch
         return log_window(self, *args, **kwargs)
 
     monkeypatch.setattr(LanguageModel, "_log_window", spied_log_window)
-    monkeypatch.setenv("NPLM_CAPTURE_DRY", "1")
     cfg = compose_cfg(tmp_path, *TOY_FAST, "model=modern", "model.window=2", "model.summaries=1", "model.num_layers=2",
                       "model.first_hidden_dim=null", "head=adaptive", "head.div_value=1.0", "model.tie_embeddings=true",
                       "head.training_path=capacity", "steps_per_execution=2", "trainer.log_every_n_steps=6",
-                      "trainer.max_epochs=3", *mode)
+                      "trainer.max_epochs=3", *mode, *([] if "cuda_graphs=false" in mode else ["capture_dry=true"]))
     metrics = train(cfg, callbacks=[recorder])
     captured = "cuda_graphs=false" not in mode
     assert metrics["train/graph_steps"] > 0 if captured else "train/graph_steps" not in metrics

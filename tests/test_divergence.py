@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from nplm.training.module import Diverged, LanguageModel
+from nplm.training.steps import AutogradStep
 
 from conftest import TOY_FAST, compose_cfg
 
@@ -43,15 +44,15 @@ def test_divergence_after_a_good_epoch_keeps_its_checkpoint(tmp_path, monkeypatc
     batch, is named; epoch 0's best and last checkpoints stay, and no later one is written."""
     from nplm.training.train import train
 
-    step = LanguageModel._optimizer_step
+    update = AutogradStep.update  # (the NPLM with the softmax head on a CPU: ByHandStep, whose update it is)
 
-    def poisoned(self, optimizer, schedulers):
-        step(self, optimizer, schedulers)
-        if self.global_step == 5:
-            for p in self.parameters():
+    def poisoned(self):
+        update(self)
+        if self.module.global_step == 5:
+            for p in self.module.parameters():
                 p.data.fill_(math.nan)
 
-    monkeypatch.setattr(LanguageModel, "_optimizer_step", poisoned)
+    monkeypatch.setattr(AutogradStep, "update", poisoned)
     with pytest.raises(Diverged, match=r"^training loss became nan at optimizer step 6 \(epoch 1, batch 2\); "
                                        r"lower optimizer.lr \(e.g. optimizer.lr=0.001\) or set "
                                        r"trainer.gradient_clip_val=1.0$"):

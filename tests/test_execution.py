@@ -213,7 +213,7 @@ def test_a_callback_on_the_per_batch_hooks_gets_them_and_the_same_training(tmp_p
                              enable_model_summary=False, accelerator="cpu", callbacks=callbacks,
                              default_root_dir=str(tmp_path))
         trainer.fit(module, train_dataloaders=dm.train_dataloader())
-        assert module._direct is (not callbacks)
+        assert module.stepper.parts.direct is (not callbacks)
         weights.append(module.head.out.weight.detach().clone())
     assert (Count.backward, Count.steps) == (30, 30)
     assert torch.allclose(weights[0], weights[1], rtol=1e-6, atol=1e-7)
@@ -236,17 +236,17 @@ def test_logged_steps_count_optimizer_steps_under_accumulation(tmp_path):
 
 def test_without_lightnings_loop_counters_the_training_is_the_same(tmp_path, monkeypatch):
     """Lightning's count of optimizer steps and its loggers' step axis have no public API
-    (`nplm.training.module.lightning_counter`). Forced missing: every optimizer step goes through
+    (`nplm.training.lightning_counters`). Forced missing: every optimizer step goes through
     `LightningOptimizer.step`, and the run is the same bit for bit (weights, global step, perplexities,
     the logged training losses and their steps); only the epoch-end rows keep Lightning's own axis."""
     from pytorch_lightning.core.optimizer import LightningOptimizer
 
-    from nplm.training import module as lit
+    from nplm.training import lightning_counters
 
     overrides = ("logger=csv", "steps_per_execution=4", "trainer.log_every_n_steps=5")
     runs, real = [], LightningOptimizer.step
     for counters in (True, False):
-        monkeypatch.setattr(lit, "LIGHTNING_COUNTERS", counters)
+        monkeypatch.setattr(lightning_counters, "LIGHTNING_COUNTERS", counters)
         calls = []
         monkeypatch.setattr(LightningOptimizer, "step", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
         folder = tmp_path / str(counters)

@@ -25,7 +25,7 @@ def test_compile_true_trains_every_head_as_eager_does(run_train, compile_backend
     fast (NPLM_TEST_INDUCTOR=1 compiles with inductor; experiments/bench/gpu_check.py does on a GPU)."""
     eager = one_epoch(run_train, *head_overrides(name, options))
     torch._dynamo.reset()
-    compiled = one_epoch(run_train, *head_overrides(name, options), "compile=true")
+    compiled = one_epoch(run_train, *head_overrides(name, options), "compile=true", compile_backend)
     assert eager.keys() == compiled.keys() and len(eager) == 2
     for key, value in eager.items():
         assert compiled[key] == pytest.approx(value, rel=1e-4), key

@@ -77,7 +77,7 @@ def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, he
     dropout included (the modern NPLM's 0.2)."""
     eager = one_epoch(run_train, *pair(model, head, options))
     torch._dynamo.reset()
-    compiled = one_epoch(run_train, *pair(model, head, options), "compile=true")
+    compiled = one_epoch(run_train, *pair(model, head, options), "compile=true", compile_backend)
     assert eager.keys() == compiled.keys() and len(eager) == 2
     for key, value in eager.items():
         assert compiled[key] == pytest.approx(value, rel=1e-4), key

@@ -19,7 +19,7 @@ after `--warmup` untimed ones:
   `torch.compile(fullgraph=True)` as `compile=true` does (compiled in the warm-up steps; nplm-train's
   own tokens/s would count the compilation);
 - with `--fallbacks`: `nplm-train, LightningOptimizer.step` (Lightning's step counter taken as
-  missing, `nplm.training.module.LIGHTNING_COUNTERS`: every optimizer step through Lightning) and
+  missing, `nplm.training.lightning_counters.LIGHTNING_COUNTERS`: every optimizer step through Lightning) and
   `nplm-train, public APIs only` (every speed path's capability check forced to say no, as on a
   torch and Lightning without the private parts they use: `every_fallback`).
 
@@ -164,7 +164,7 @@ def nplm_train(steps: int, warmup: int, threads: int, *extra: str) -> float:
 
 
 # Each speed path's capability check and the value that makes it say no (module, name, value)
-FALLBACKS = [("nplm.training.module", "LIGHTNING_COUNTERS", False),
+FALLBACKS = [("nplm.training.lightning_counters", "LIGHTNING_COUNTERS", False),
              ("nplm.data.datamodule", "LIGHTNING_EPOCH_PROGRESS", False),
              ("nplm.fast.backprop", "hooks_visible", lambda: False),
              ("nplm.fast.cpu_gemm", "onednn_linear_works", lambda: False),

@@ -114,6 +114,9 @@ def groups() -> dict[str, Group]:
 
 # The groups, which are top-level keys too (known without importing the registries).
 TOP_GROUPS = (*REGISTRIES, *FIXED_GROUPS)
+# torch.compile's modes and the backends nplm offers (aot_eager: inductor's graph capture without code generation)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")
 # Top-level keys besides the groups.
 TOP: dict[str, Rule] = {
     "experiment_name": Str(),
@@ -124,7 +127,11 @@ TOP: dict[str, Rule] = {
     "verbose": Bool(default=False),
     "steps_per_execution": Int(1, default=16),
     "compile": Bool(default=False),
+    "compile_mode": Choice(options=COMPILE_MODES, nullable=True),
+    "compile_backend": Choice(options=COMPILE_BACKENDS, default="inductor"),
     "cuda_graphs": Bool(default=True),
+    "capture_dry": Bool(default=False),
+    "sync_debug": Bool(default=False),
     "tf32": Bool(default=True),
     "malloc_keep_freed": Bool(default=False),
     "stop_at": Float(gt=0, nullable=True),
@@ -139,7 +146,11 @@ TOP_DOC = {
     "verbose": "show third-party info and warnings that are silenced by default",
     "steps_per_execution": "training batches per Lightning step, each its own optimizer step (less overhead)",
     "compile": "torch.compile the training step",
+    "compile_mode": "torch.compile's mode with compile=true (reduce-overhead: its own CUDA graphs, nplm's capture off)",
+    "compile_backend": "torch.compile's backend with compile=true (aot_eager: its graph capture without code generation)",
     "cuda_graphs": "on a CUDA device, replay each training step as a captured CUDA graph (ignored on a CPU)",
+    "capture_dry": "run the captured step (static buffers, one function, replays counted) without CUDA graphs, on any device",
+    "sync_debug": "on a CUDA device: any host-device sync inside a training step raises (refused on a CPU run)",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
     "malloc_keep_freed": "Linux: glibc's malloc keeps large freed buffers for the whole process (faster big-vocabulary CPU steps)",
     "stop_at": "Unix time: train until then, then test the best checkpoint",
@@ -275,6 +286,24 @@ def _compile_needs_dense_gradients(cfg: dict) -> str | None:
             f"compile=false or {sparse[0]}=false")
 
 
+def _compile_options_need_compile(cfg: dict) -> str | None:
+    """compile_mode and compile_backend are torch.compile's: without compile=true nothing is compiled."""
+    if cfg.get("compile"):
+        return None
+    for key, default in (("compile_mode", None), ("compile_backend", "inductor")):
+        if cfg.get(key, default) != default:
+            return f"{key}={show(cfg[key])}: applies only with compile=true; set compile=true, or leave {key} out"
+    return None
+
+
+def _dry_capture_needs_cuda_graphs(cfg: dict) -> str | None:
+    """capture_dry runs the captured step, which cuda_graphs=false turns off."""
+    if cfg.get("capture_dry") and cfg.get("cuda_graphs") is False:
+        return ("capture_dry=true: dry-runs the captured step, which cuda_graphs=false turns off; set "
+                "cuda_graphs=true or capture_dry=false")
+    return None
+
+
 def _head_fits_the_features(cfg: dict) -> str | None:
     """The head's options against the model's feature size F (the model built on the meta device: no memory)."""
     import torch
@@ -306,7 +335,7 @@ def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
-               _fp16_clipping_needs_an_unfused_optimizer)
+               _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs)
 
 
 def cpu_cores() -> int:
@@ -346,6 +375,19 @@ def check_devices(trainer: dict) -> None:
         raise _fail("trainer.devices", devices, f"at most {count}, the GPUs visible on this machine")
 
 
+def check_sync_debug(cfg: dict) -> None:
+    """sync_debug=true checks a CUDA device's syncs: refused where the trainer config trains on another device."""
+    if not cfg.get("sync_debug"):
+        return
+    import torch
+
+    accelerator = cfg["trainer"].get("accelerator", "cpu")
+    if accelerator in ("cpu", "mps") or (accelerator == "auto" and not torch.cuda.is_available()):
+        where = "finds no CUDA GPU here" if accelerator == "auto" else "trains on no CUDA device"
+        raise UserError(f"sync_debug=true: checks a CUDA device's host-device syncs, and trainer.accelerator="
+                        f"{accelerator} {where}; set trainer=gpu, or sync_debug=false")
+
+
 def validate(cfg):
     """Check the composed config `cfg` (DictConfig or dict) and return it unchanged; raise a one-line
     `UserError` naming the first bad key, its value and what is allowed."""
@@ -365,4 +407,5 @@ def validate(cfg):
         if problem is not None:
             raise UserError(problem)
     check_devices(plain["trainer"])
+    check_sync_debug(plain)
     return cfg

@@ -237,7 +237,7 @@ class LMDataModule(pl.LightningDataModule):
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once. A generator
         # of its own: each iterator draws a seed (for workers; none here) from it, not from torch's global one,
         # which then holds only the model's draws (dropout, sampled heads): a resumed run draws as the run it
-        # continues (LanguageModel._restore_rng), whenever Lightning makes the epoch's iterator.
+        # continues (LanguageModel.on_train_start, `nplm.training.rng`), whenever Lightning makes the epoch's iterator.
         # collate_fn: the gathered batches as they are (torch's default walks every tensor of every batch again)
         return DataLoader(dataset, sampler=sampler, batch_size=None, collate_fn=as_gathered,
                           generator=torch.Generator().manual_seed(self.seed))

@@ -196,7 +196,7 @@ class RunRecord:
         self.save()
 
     def diverge(self, error: BaseException, **extra) -> None:
-        """The training diverged (`nplm.training.module.Diverged`): the run stopped; its checkpoints stay."""
+        """The training diverged (`nplm.training.divergence.Diverged`): the run stopped; its checkpoints stay."""
         self.data.update(status="diverged", error=str(error), **extra)
         self.save()
 

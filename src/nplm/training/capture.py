@@ -17,7 +17,7 @@ the host-side sizes it bakes in (`Head.graph_sizes`: the adaptive head's cluster
 epoch's end after an overflow). Capturing costs 3 eager warm-up steps and the capture itself, about
 0.1 s on an H200 at brown's shapes: per epoch, as much as 90 replayed steps. A batch of another shape
 (a last partial one) trains eagerly through the same step function. A capture that fails leaves one log line and the run
-trains eagerly. `dry=True` (env NPLM_CAPTURE_DRY=1 in nplm-train) runs the same step function on the
+trains eagerly. `dry=True` (config key `capture_dry` in nplm-train) runs the same step function on the
 same static buffers without a graph, on any device: the CPU tests check it against the eager step.
 """
 
@@ -42,8 +42,8 @@ SILENCE = "cuda_graphs=false silences this"
 def capture_blocker(module: nn.Module, optimizer: torch.optim.Optimizer, accumulate: int, direct: bool,
                     counted: bool) -> str | None:
     """Why the training step of `module` with `optimizer` cannot be captured, or None. `direct`: the
-    step may call backward and the optimizer itself (LanguageModel._direct_steps_possible); `counted`:
-    Lightning's optimizer-step counter was found (the step counts itself). A compiled step (compile=true,
+    step may call backward and the optimizer itself (`nplm.training.steps.direct_steps_possible`);
+    `counted`: Lightning's optimizer-step counter was found (the step counts itself). A compiled step (compile=true,
     inductor's fused kernels) is captured as an eager one is: its first warm-up step compiles."""
     if any(getattr(m, "sparse", False) is True for m in module.modules()):  # nn.Embedding's, the heads' `sparse`
         return "row-sparse gradients (model.sparse_embeddings=true or head.sparse=true: lazy updates of varying size)"

@@ -10,7 +10,14 @@ import torch
 from omegaconf import DictConfig
 
 from nplm.fast.malloc import keep_freed_memory
-from nplm.training.module import use_tf32
+
+
+def use_tf32(enabled: bool) -> None:
+    """Config key `tf32`: on a CUDA GPU, float32 matmuls on TF32 tensor cores (Ampere and later) or in
+    full float32; nothing on a CPU."""
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
 
 
 def threads_of(cfg: DictConfig) -> int | None:

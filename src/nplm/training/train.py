@@ -164,8 +164,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     if resumed is not None:
         check_resumable_data(resumed, ckpt, module)
     if cfg.get("compile"):
-        module.compile_training_step()
+        module.compile_training_step(cfg.get("compile_backend") or "inductor", cfg.get("compile_mode"))
     module.cuda_graphs = cfg.get("cuda_graphs", True)
+    module.capture_dry, module.sync_debug = bool(cfg.get("capture_dry")), bool(cfg.get("sync_debug"))
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
@@ -188,8 +189,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     flop_count = FlopCount(dm.source("train"), cfg.data.batch_size, cfg.paths.data_dir, on_count=save_count)
     failed, began = True, False
     try:
-        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=[flop_count, DataFilesInCheckpoint(dm.files),
-                                                                                 *callbacks])
+        extra = [flop_count, DataFilesInCheckpoint(dm.files), *callbacks]
+        trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=extra)
         began = True  # from here on the run is never removed: it may hold checkpoints
         trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}

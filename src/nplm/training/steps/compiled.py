@@ -1,0 +1,47 @@
+"""`compile=true`: the model + head training loss through `torch.compile(fullgraph=True)` (a graph break
+fails loudly: it is a bug, and on a GPU often a host-device sync), with torch.compile's `compile_backend`
+and `compile_mode`.
+
+On CUDA nplm's capture (`cuda_graphs`, `nplm.training.steps.captured`) then replays the compiled step,
+optimizer update included, as one graph (measured on an H200: experiments/bench/gpu_compile_capture.py);
+elsewhere `CompiledStep` trains it as the autograd step does. `compile_mode=reduce-overhead` instead:
+torch.compile's own CUDA graphs (cudagraph trees) of the compiled forward and backward, the optimizer
+update running eagerly after them; nplm's capture is then off (the two captures do not nest)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from nplm.training.steps.autograd import AutogradStep
+from nplm.training.steps.base import RunParts
+
+CUDAGRAPH_TREES = "reduce-overhead"  # the compile_mode that captures its own CUDA graphs
+
+
+def compile_loss(loss: Callable, backend: str = "inductor", mode: str | None = None) -> Callable:
+    """`loss(context, target) -> nll [N]` compiled whole (`fullgraph=True`); `backend`, `mode`: torch.compile's
+    (config keys `compile_backend`, `compile_mode`; tests use "aot_eager": the same graph capture as inductor,
+    no code generation)."""
+    return torch.compile(loss, fullgraph=True, backend=backend, mode=mode)
+
+
+class CompiledStep(AutogradStep):
+    """The autograd step of a compiled loss. `cudagraph_trees` (compile_mode=reduce-overhead): each batch
+    starts a new cudagraph step, and its losses are copied out before the next replay reuses the graphs'
+    memory."""
+
+    def __init__(self, parts: RunParts, cudagraph_trees: bool):
+        super().__init__(parts)
+        self.cudagraph_trees = cudagraph_trees
+        if cudagraph_trees:  # the first step compiles, the next two record
+            self.setup_steps = 2
+
+    def loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.cudagraph_trees:  # a new step: the graphs' outputs of the last one are reused
+            torch.compiler.cudagraph_mark_step_begin()
+        return super().loss(context, target)
+
+    def kept(self, nll: torch.Tensor) -> torch.Tensor:
+        return nll.detach().clone() if self.cudagraph_trees else nll.detach()

@@ -1,0 +1,37 @@
+"""An epoch's training time (validation inside it left out), its tokens per second and model FLOP
+utilisation (`train/mfu`, from the run's `nplm.training.flops.FlopReport`)."""
+
+from __future__ import annotations
+
+import time
+
+from nplm.training.flops import FlopReport
+
+
+class EpochClock:
+    """Seconds of training in the current epoch; `pause` and `resume` around a validation inside it."""
+
+    def __init__(self):
+        self.seconds, self.since = 0.0, time.perf_counter()
+
+    def pause(self) -> None:
+        self.seconds += time.perf_counter() - self.since
+
+    def resume(self) -> None:
+        self.since = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.seconds + (time.perf_counter() - self.since)
+
+
+def speed_figures(tokens: int, seconds: float, flops: FlopReport | None,
+                  devices: int) -> tuple[dict[str, float], FlopReport | None]:
+    """(`train/tokens_per_s`, `train/mfu` where `flops` is known, `train/epoch_time_s`; the report checked
+    again: a peak measured under load) of an epoch that trained `tokens` tokens on `devices` devices."""
+    rate = tokens / max(seconds, 1e-9)
+    out = {"train/tokens_per_s": rate}
+    if flops is not None:  # model FLOP utilisation of the run's devices
+        flops = flops.checked(rate, devices)
+        out["train/mfu"] = flops.mfu(rate, devices)
+    out["train/epoch_time_s"] = seconds
+    return out, flops
