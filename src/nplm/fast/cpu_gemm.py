@@ -3,7 +3,7 @@
 A full-softmax output layer over features f [B, F] and weight W [V, F] (F small: 290 for MLP1, V the
 vocabulary) has two matmuls with a [B, V] side, both far below this machine's matmul peak in MKL
 (2 threads, B = 1024, F = 290, V = 17,905: about 88 and 95 GFLOP/s against a peak of 175;
-`experiments/bench/README.md`). Faster on this machine (`experiments/bench/output_gemm.md`, over batch
+`experiments/bench/README.md`). Faster on this machine (`experiments/bench/README.md`, the CPU training step, over batch
 and vocabulary sizes):
 
 - the forward y = f W^T + b through oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the kernel

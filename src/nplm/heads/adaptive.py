@@ -24,7 +24,7 @@ binomial count's mean plus 4 standard deviations) plus S = B // 256 + 8 spill ro
 any cluster beyond its C_i, which every tail scores; the results are added back to their rows. Each row
 then costs the shortlist, its own cluster and the margins: at WikiText-103's shape (tied, B = 2048)
 1.24x the shortlist + own-cluster floor, against 6.5x for every cluster
-(experiments/bench/adaptive_flops.md). The loss is exact for every row within C_i + S; a row beyond
+(tests/test_adaptive_capacity.py counts them). The loss is exact for every row within C_i + S; a row beyond
 both (a batch far from the training counts' mix) gets NaN, so the loss never changes silently, and
 is counted on the device (`dropped_rows`). `check_training`, which the training loop calls at each log
 line and epoch end (where it reads the device anyway), raises a one-line UserError for such rows and,

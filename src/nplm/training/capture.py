@@ -3,7 +3,7 @@ batch (forward, backward, gradient clipping, the optimizer update and the sum of
 for logging) is captured once as a CUDA graph and replayed for every later batch of the same shape.
 
 A small model's step is some 330 kernel launches: eager, the host takes ~10 ms to issue what the GPU
-runs in ~1 ms (experiments/bench/gpu.md); a replay issues them all at once. The capture follows
+runs in ~1 ms (experiments/bench/README.md: gpu_step.py's table); a replay issues them all at once. The capture follows
 PyTorch's whole-network recipe (torch.cuda.graph): a few eager warm-up steps on the capture's own side
 stream (they create the optimizer state and compile what `compile=true` compiles), then one capture of
 the step on static input buffers; each batch is then copied into those buffers and the graph replayed.
