@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from nplm.errors import UserError
-from nplm.tracking import provenance, records
+from nplm.tracking import provenance
 
 
 def _git(root, *args):
@@ -60,14 +60,14 @@ def test_a_dirty_checkout_is_refused(checkout, tmp_path):
 
 def test_records_name_where_the_commit_was_read(monkeypatch, checkout, tmp_path):
     monkeypatch.setenv("NPLM_GIT_COMMIT", "f" * 40)  # an operator's word: never taken
-    assert records.code_version()[1] == "checkout"  # this test runs in a checkout
+    assert provenance.code_version()[1] == "checkout"  # this test runs in a checkout
     copy = tmp_path / "copy"
     head = provenance.pack(tmp_path / "code.tar", checkout)["commit"]
     with tarfile.open(tmp_path / "code.tar") as tar:
         tar.extractall(copy, filter="data")
-    monkeypatch.setattr(records, "checkout_state", lambda where: None)
+    monkeypatch.setattr(provenance, "checkout_state", lambda where: None)
     monkeypatch.setattr(provenance, "ROOT", copy)
-    commit, source = records.code_version()
+    commit, source = provenance.code_version()
     assert (commit, source) == (head, "PROVENANCE.json")
     monkeypatch.setattr(provenance, "ROOT", tmp_path / "nowhere")
-    assert records.code_version() == (None, None)
+    assert provenance.code_version() == (None, None)

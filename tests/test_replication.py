@@ -280,7 +280,7 @@ def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tm
     """A new heads/x.py changes what runs (the registries import every module): untracked code counts;
     result files that drivers write do not."""
     import subprocess
-    from nplm.tracking.records import checkout_state
+    from nplm.tracking.provenance import checkout_state
 
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,

@@ -29,7 +29,44 @@ from nplm.errors import UserError, report_user_errors
 
 FILE = "PROVENANCE.json"
 ROOT = Path(__file__).resolve().parents[3]  # the checkout (or copy) holding src/nplm
-CODE_DIRS = ("src", "experiments")  # where an added .py or .sh file changes what runs (see records.CODE_PATHS)
+CODE_DIRS = ("src", "experiments")  # where an added .py or .sh file changes what runs (see CODE_PATHS)
+
+
+# What makes a checkout's runs differ from its commit: the package, its configs and the scripts that train
+# and report (the result files and tables they write are not code). Untracked files count: the registries
+# import every module of their folder, so a new heads/x.py changes what runs.
+CODE_PATHS = [":(top)src", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
+
+
+def checkout_state(where: Path) -> tuple[str, bool] | None:
+    """(HEAD's commit, whether the code differs from it: changed, staged or untracked and not ignored) of
+    the git checkout holding `where`; None outside one (or without git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS],
+                                 cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head, bool(changed)
+
+
+def code_version() -> tuple[str | None, str | None]:
+    """(the commit of the code nplm runs from, where that was read): HEAD of its checkout with "-dirty" where
+    the code differs from it (`checkout_state`), "checkout"; outside a checkout, the commit of a verified
+    `PROVENANCE.json` (`verified_commit`: "-dirty" where the copy's files differ from it), "PROVENANCE.json";
+    else (None, None): nobody's word is taken for it."""
+    state = checkout_state(Path(__file__).resolve().parent)
+    if state is None:
+        commit = verified_commit()
+        return commit, FILE if commit is not None else None
+    head, dirty = state
+    return head + ("-dirty" if dirty else ""), "checkout"
+
+
+def git_commit() -> str | None:
+    """The commit of `code_version` (what run records, result files and benchmarks name)."""
+    return code_version()[0]
 
 
 def blob_sha(data: bytes) -> str:
@@ -43,9 +80,7 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 def describe(root: Path = ROOT) -> dict:
     """The provenance of the clean checkout at `root`: commit, tree and every committed file's blob id.
-    Refuses a checkout whose code differs from its commit (`records.checkout_state`)."""
-    from nplm.tracking.records import checkout_state
-
+    Refuses a checkout whose code differs from its commit (`checkout_state`)."""
     state = checkout_state(root)
     if state is None:
         raise UserError(f"{root}: not a git checkout; provenance is written from the checkout the code is sent from")

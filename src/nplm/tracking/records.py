@@ -23,7 +23,6 @@ import platform
 import secrets
 import socket
 import string
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities import rank_zero_only
 
 from nplm.errors import UserError
+from nplm.tracking.provenance import code_version, git_commit  # noqa: F401 (git_commit: the drivers and benchmarks import it here)
 from nplm.files import atomic_open, atomic_write
 from nplm.tracking.runs import job_overrides
 
@@ -44,45 +44,6 @@ HISTORY_FIELDS = ["epoch", "step", "train/ppl", "train/ppl_sampled", "val/ppl", 
                   "train/mfu", "train/epoch_time_s", "train/lr", "elapsed_s", "val/bpb", "val/word_ppl"]
 TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "train/mfu", "train/epoch_time_s",
                       "train/lr"]
-
-
-# What makes a checkout's runs differ from its commit: the package, its configs and the scripts that train
-# and report (the result files and tables they write are not code). Untracked files count: the registries
-# import every module of their folder, so a new heads/x.py changes what runs.
-CODE_PATHS = [":(top)src", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
-
-
-def checkout_state(where: Path) -> tuple[str, bool] | None:
-    """(HEAD's commit, whether the code differs from it: changed, staged or untracked and not ignored) of
-    the git checkout holding `where`; None outside one (or without git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS],
-                                 cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head, bool(changed)
-
-
-def code_version() -> tuple[str | None, str | None]:
-    """(the commit of the code nplm runs from, where that was read): HEAD of its checkout with "-dirty" where
-    the code differs from it (`checkout_state`), "checkout"; outside a checkout, the commit of a verified
-    `PROVENANCE.json` (`nplm.tracking.provenance`: "-dirty" where the copy's files differ from it),
-    "PROVENANCE.json"; else (None, None): nobody's word is taken for it."""
-    from nplm.tracking.provenance import FILE, verified_commit
-
-    state = checkout_state(Path(__file__).resolve().parent)
-    if state is None:
-        commit = verified_commit()
-        return commit, FILE if commit is not None else None
-    head, dirty = state
-    return head + ("-dirty" if dirty else ""), "checkout"
-
-
-def git_commit() -> str | None:
-    """The commit of `code_version`."""
-    return code_version()[0]
 
 
 def _number(value):
