@@ -87,7 +87,7 @@ replicate-tokenizations: install
 replicate-heads-trees: install
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/python experiments/heads_trees/run.py
 
-# WikiText-103-sized vocabularies (issue 28): makes the WikiText-103-shaped corpus under data_cache/ (~0.5 GB,
+# WikiText-103-sized vocabularies: makes the WikiText-103-shaped corpus under data_cache/ (~0.5 GB,
 # git-ignored), measures every head, the id cache and the trees (stages resumable); writes experiments/scale/README.md.
 scale: install
 	OMP_NUM_THREADS=1 $(BIN)/python experiments/scale/run.py

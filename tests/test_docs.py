@@ -2,7 +2,8 @@
 every option of every group is named, docs/options.md is what the schema says, every `nplm-train` command
 shown composes and passes the checks nplm-train runs before training, the other commands' flags exist, the
 scripts and make targets named exist, the "What is checked" examples give their messages, links resolve, and
-no page names an issue, a session or a commit."""
+no page names an issue, a session or a commit, nor any experiment page or config comment an issue or
+a session."""
 
 from __future__ import annotations
 
@@ -204,10 +205,32 @@ def test_every_link_resolves():
                 assert anchor in {slug(h) for h in headings}, f"{path.name}: {target}"
 
 
+# The project's internal work tracking, which no page or config comment names (an issue number may wrap a line).
+TRACKING = re.compile(r"\bissues?\s+\d+|\bsessions?\b|\bthe brief\b", re.I)
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+
+
 def test_no_page_names_an_issue_a_session_or_a_commit():
-    commit = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
     for path in PAGES:
         text = page_text(path)
-        for pattern in (r"\bissue \d+", r"\bsessions?\b", r"\bthe brief\b", commit.pattern):
-            found = re.findall(pattern, text, re.I if "issue" in pattern or "session" in pattern else 0)
-            assert not found, f"{path.name}: {found}"
+        found = TRACKING.findall(text) + COMMIT.findall(text)
+        assert not found, f"{path.name}: {found}"
+
+
+def test_no_experiment_page_names_an_issue_or_a_session():
+    """experiments/**/*.md, generated or not; their commits stay (a result's provenance in its table or notes)."""
+    pages = sorted((REPO / "experiments").rglob("*.md"))
+    assert len(pages) >= 15
+    for path in pages:
+        found = TRACKING.findall(page_text(path))
+        assert not found, f"{path.relative_to(REPO)}: {found}"
+
+
+def test_no_config_comment_names_an_issue_or_a_session():
+    """The comments of the shipped configs, which users read beside `nplm-train --help`."""
+    files = sorted(CONF_DIR.rglob("*.yaml"))
+    assert len(files) >= 50
+    for path in files:
+        comments = "\n".join(re.findall(r"(?:^|\s)#(.*)$", path.read_text(), re.M))
+        found = TRACKING.findall(comments)
+        assert not found, f"{path.relative_to(CONF_DIR)}: {found}"

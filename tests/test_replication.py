@@ -159,7 +159,7 @@ def test_the_modern_nplm_table_and_target_come_from_the_result_files(tmp_path, m
               "git_commit": "abcdef0123"}
     (tmp_path / "converged-mlp9-lr0.384.json").write_text(json.dumps({**common, "row": "mlp9", "lr": 0.384,
                                                                       "valid": 250.0, "test": 237.9}))
-    assert "Target (issue 27): test 226.0 or lower, 5% below MLP9 `converged` (237.9): not measured" in run.sun2021_table()
+    assert "Target: test 226.0 or lower, 5% below MLP9 `converged` (237.9): not measured" in run.sun2021_table()
     (tmp_path / "sun2021.json").write_text(json.dumps({**common, "valid": 240.0, "test": 230.0, "converged": False,
                                                        "stopped_by": "time limit (1 epochs after the best)"}))
     (tmp_path / "sun2021-untied.json").write_text(json.dumps({**common, "valid": 250.0, "test": 241.5, "converged": True,

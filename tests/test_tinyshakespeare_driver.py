@@ -48,12 +48,12 @@ def test_an_epoch_cut_inside_the_best_row_is_said_with_the_updates_it_lost(tmp_p
     assert run.epoch_seconds(record) == 400.0
 
 
-def test_issue_40s_target_line_counts_the_finished_rows_with_the_moving_average_only(tmp_path):
+def test_the_moving_average_target_line_counts_the_finished_rows_with_the_moving_average_only(tmp_path):
     run = driver()
     result(tmp_path, "modern", 4.40, 4.76)  # no moving average: not the recipe's default
     result(tmp_path, "modern-d256-w4-dropout2-wd3-cosine12-ema", 4.57, 4.76)
     result(tmp_path, "modern-gpu-d256-w4-dropout2-wd4-cosine12-ema-fp32", 4.50, 4.76, converged=False)
-    assert ("- Issue 40's target, the modern NPLM with the recipe's moving average at most 4.55, finished: 4.570 "
+    assert ("- Target: the modern NPLM with the recipe's moving average at most 4.55, finished: 4.570 "
             "(modern-d256-w4-dropout2-wd3-cosine12-ema), missed by 0.020.") in run.tables(tmp_path)
     result(tmp_path, "modern-gpu-d256-w4-dropout2-wd3-cosine12-ema", 4.549, 4.76)
     assert "finished: 4.549 (modern-gpu-d256-w4-dropout2-wd3-cosine12-ema), met." in run.tables(tmp_path)

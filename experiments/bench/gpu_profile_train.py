@@ -16,7 +16,7 @@ shapes (`--shape brown`: `experiment=sun2021/brown`, |V| = 10,000; `wikitext103`
 After the profile, `--watch` more Lightning steps run under torch's sync debug mode ("warn"): every host-device
 sync torch knows of (a read of a device tensor, a synchronous copy, a stream synchronize) anywhere in the
 loop, the loader, the callbacks or the step is listed with the Python stack that made it, so that a sync the
-profile counts is found without another session. `--reference` then profiles the plain captured loop
+profile counts is found without another run. `--reference` then profiles the plain captured loop
 (gpu_step.reference_loop: the same model and head, compiled as `--compile` compiles them) over as many steps
 and lists, per step, the kernels nplm-train runs that the loop does not, and the reverse: the device-side
 work nplm-train adds.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks and measurements of one session on a CUDA machine, in parts, each with its own time limit so
-# that the others still run:
+# The GPU checks and measurements for a CUDA machine borrowed for a few minutes, in parts, each with its
+# own time limit so that the others still run:
 #   step:          gpu_step.py: nplm-train eager and captured against a plain captured loop, brown at batch 256,
 #                  1,024 and 4,096 and the WikiText-103 shape (~4 min);
 #   compile:       gpu_step.py on brown at COMPILE_BATCHES (default 256,4096) with COMPILE_PATHS (default eager,

@@ -29,7 +29,7 @@ NGRAMS = {  # key: (label, published (valid, test))
 }
 RECIPES = ("paper", "modern", "converged")
 BEST_PUBLISHED_MIX = 252  # MLP10's test perplexity, the paper's best row
-# The modern NPLM (Sun & Iyyer 2021; issue 27): conf/experiment/sun2021/brown.yaml, and one part changed at a
+# The modern NPLM (Sun & Iyyer 2021): conf/experiment/sun2021/brown.yaml, and one part changed at a
 # time. row: (overrides after the recipe, what the row changes). The recipe validates on the weights' moving
 # average since its sun2021-ema row measured it; the rows before that train without it (NO_EMA), as they ran.
 NO_EMA = ["callbacks.ema_decay=null"]
@@ -48,7 +48,7 @@ SUN2021 = {
     "sun2021-ema": (["callbacks.ema_decay=0.9995"], "the recipe: validated and tested on the weights' moving average "
                                                     "(decay 0.9995)"),
 }
-SUN2021_GAIN = 0.05  # issue 27: the modern NPLM at least 5% below the best network of the table on test
+SUN2021_GAIN = 0.05  # the target: the modern NPLM at least 5% below the best network of the table on test
 
 
 def _load(results: Path, name: str) -> dict | None:
@@ -146,7 +146,7 @@ def sun2021_table(results: Path) -> str:
     if best is None:
         return "\n".join(lines + ["Target: no network of Table 1 has a result yet."])
     goal = (1 - SUN2021_GAIN) * best[1]
-    target = f"Target (issue 27): test {goal:.1f} or lower, {100 * SUN2021_GAIN:.0f}% below {best[0]} ({best[1]:.1f}): "
+    target = f"Target: test {goal:.1f} or lower, {100 * SUN2021_GAIN:.0f}% below {best[0]} ({best[1]:.1f}): "
     if not recipe:
         return "\n".join(lines + [target + "not measured (the row has not run)."])
     if not finished(recipe):

@@ -10,8 +10,8 @@ from replication import finished, load_result, pct, provenance_footnote, provena
 
 LBL, HLBL = ["experiment=mnih2009/lbl"], ["experiment=mnih2009/hlbl"]
 LEARNED = ["tree=learned", "tree.bootstrap=random"]
-SINGLE_CODE = "123-131"  # the issue quotes "learned single-code trees about 131 to 123", not tree by tree
-# row: (overrides, Mnih & Hinton's APNews test perplexity as quoted in issue 27, the experiments/morin2005 NPLM row
+SINGLE_CODE = "123-131"  # quoted as "learned single-code trees about 131 to 123", not tree by tree
+# row: (overrides, Mnih & Hinton's APNews test perplexity as usually quoted, the experiments/morin2005 NPLM row
 # with the same output layer or tree)
 NETWORKS = {
     "lbl": (LBL, "117", "nplm"),
@@ -29,7 +29,7 @@ NETWORKS = {
     "hlbl-adaptive0.4-x4": ([*HLBL, *LEARNED, "tree.eps=0.4", "tree.runs=4"], "112",
                             "hierarchical-learned-eps0.4-x4-logistic-unigram-init"),
 }
-SAMPLED = {"lbl": "softmax", "lbl-nce": "nce", "lbl-nce-k100": "nce (k = 100)",  # item 5: the softmax and its
+SAMPLED = {"lbl": "softmax", "lbl-nce": "nce", "lbl-nce-k100": "nce (k = 100)",  # the softmax and its
            "lbl-importance_sampling": "importance_sampling"}  # sampled trainings: row -> name in `timing`
 
 
@@ -116,7 +116,7 @@ def sampled_table(results: Path) -> list[str]:
 
 
 def targets(results: Path, morin: Path) -> list[str]:
-    """Issue 27's targets, each from the result files (a target whose rows have not run is listed as such)."""
+    """The targets, each from the result files (a target whose rows have not run is listed as such)."""
     got = {r: g if (g := load_result(results, r)) and finished(g) else None for r in NETWORKS}  # finished rows only
     lbl, random = got["lbl"], got["hlbl-random"]
     out = ["", "Targets:", ""]

@@ -1,5 +1,5 @@
 """Mnih & Hinton (2009) on Brown, Morin & Bengio's protocol (|V| = 10,000), and Mnih & Teh's (2012) NCE
-beside the softmax and importance sampling for the same LBL (issue 27, items 4 and 5).
+beside the softmax and importance sampling for the same LBL.
 
     make replicate-mnih2009                         # = python experiments/mnih2009/run.py
     python experiments/mnih2009/run.py --rows lbl,hlbl-random --threads 2
@@ -71,7 +71,7 @@ def first_model() -> list[str]:
     return [f"tree.bootstrap_checkpoint={first['best_checkpoint']}"]
 
 
-# -- time per example (item 5) --------------------------------------------------------------------------------
+# -- time per example --------------------------------------------------------------------------------------
 @functools.cache
 def brown():
     return corpus_datamodule(LBL)

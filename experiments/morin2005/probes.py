@@ -1,4 +1,4 @@
-"""Cheap probes of why binary trees trail the full softmax (issue 17, item 4), on validation.
+"""Cheap probes of why binary trees trail the full softmax, on validation.
 
     python experiments/morin2005/probes.py                 # every probe that has no result yet
     python experiments/morin2005/probes.py --only dropout-0,logistic

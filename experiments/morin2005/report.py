@@ -129,7 +129,7 @@ def reference(row: str) -> str:
 
 
 def targets(results: Path, softmax: dict | None) -> list[str]:
-    """Issue 17's targets, each from the result files: the best single-code tree within 5% of the full
+    """The targets, each from the result files: the best single-code tree within 5% of the full
     softmax, a learned tree better than the balanced, random and Huffman ones, a multi-code tree at or
     below the softmax, hierarchical training >= 10x faster per example."""
     trees = {k: r for k in NETWORKS if k.startswith("hierarchical") and (r := load_result(results, k)) and finished(r)}

@@ -189,7 +189,7 @@ def tables(results: Path) -> str:
                 f"The default build (10 sweeps) would take about {hms(r['full_build_s_estimated_10_sweeps'])} "
                 f"(1 sweep: {hms(r['full_build_s_estimated_1_sweep'])}); estimated, not run: the exchange "
                 "algorithm as implemented (numpy over the C classes for each word, a Python loop over the words) does "
-                "not scale to 267,735 words and C = 1000 within a working session. (The per-word times vary between "
+                "not scale to 267,735 words and C = 1000 in reasonable time on 2 cores. (The per-word times vary between "
                 "probes by up to 2x with the machine's load.)", ""]
         if r.get("top"):
             out += ["What does finish: the whole `tree=brown` build (up to 10 sweeps) on the corpus restricted to "
@@ -207,7 +207,7 @@ def tables(results: Path) -> str:
             out.append("")
 
     if targets:
-        out += ["## The issue's targets", "", "| target | measured | met |", "|---|---|---|"]
+        out += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
         out += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
         out.append("")
     out += [*provenance_footnote(R.values()), ""] * bool(provenance_footnote(R.values()))

@@ -1,4 +1,4 @@
-"""WikiText-103-sized vocabularies on a laptop (issue 28): every head and the trees on the
+"""WikiText-103-sized vocabularies on a laptop: every head and the trees on the
 WikiText-103-shaped corpus (make_corpus.py: 267,735 words, 103,227,021 training tokens).
 
     python experiments/scale/run.py [--only corpus,id_cache,heads,side_by_side,trees] [--rerun]
