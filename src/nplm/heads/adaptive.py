@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
-from nplm.fast import aligned
+from nplm.fast import aligned, plain
 from nplm.config.rules import Choice, Float, IntList
 from nplm.heads import register_head
 from nplm.heads.base import Head, tie_checked, wide
@@ -194,6 +194,8 @@ class AdaptiveHead(Head):
         """The exact NLL [B], as `nll`; off the CPU's float32 eager path (or with `path = "capacity"`) each
         row pays for the shortlist and its own target's cluster only (`_log_prob_capacity`)."""
         path = self.path or ("torch" if self._torch_grouping(features) else "capacity")
+        if plain.counting():  # the model's own arithmetic (nplm.fast.plain): torch's grouping, any device
+            path = "torch"
         if path == "torch":
             return -self.adaptive(features, self.rank[target]).output  # [B]
         if path == "all":

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from nplm.errors import UserError
+from nplm.fast import plain
 from nplm.config.rules import Choice, Int
 from nplm.heads import register_head
 from nplm.heads.base import Head, wide, require_tree
@@ -172,7 +173,7 @@ class ClassBasedHead(Head):
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         klass = self.class_of[target]  # [B]
         class_nll = SoftmaxNLL.apply(wide(self.class_out(features)), klass)  # [B] -log P(c | ctx)
-        if features.device.type == "cpu" and not torch.compiler.is_compiling():
+        if (features.device.type == "cpu" or plain.counting()) and not torch.compiler.is_compiling():
             word_nll = WithinClassNLL.apply(features, self.word_out.weight, self.word_out.bias,
                                             self.position[target], klass, self._bounds)  # [B]
         else:

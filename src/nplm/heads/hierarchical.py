@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nplm.errors import UserError
+from nplm.fast import plain
 from nplm.config.rules import Bool, Choice, Int
 from nplm.heads import register_head
 from nplm.heads.base import Head, rows, wide, require_counts, require_tree
@@ -160,7 +161,8 @@ class HierarchicalHead(Head):
 
     # -- the head interface --------------------------------------------------------------------
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if self.compact_on_cpu and features.device.type == "cpu" and not torch.compiler.is_compiling():
+        compact = (self.compact_on_cpu and features.device.type == "cpu") or plain.counting()  # (real turns only)
+        if compact and not torch.compiler.is_compiling():
             return -self._log_prob_compact(features, target)
         return -self._log_prob_padded(features, target)
 

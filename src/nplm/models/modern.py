@@ -55,7 +55,7 @@ from torch import nn
 
 from nplm.config.registry import option
 from nplm.config.rules import Bool, Check, Float, Int
-from nplm.fast import aligned
+from nplm.fast import aligned, plain
 from nplm.fast.dropout import Dropout
 from nplm.models import Model, register_model
 from nplm.models.base import TIE_EMBEDDINGS, lookup
@@ -108,6 +108,8 @@ def sliding_summaries(e: torch.Tensor, A: torch.Tensor, T: int) -> torch.Tensor:
     block, `e` [B, T + n - 1, d] (the block's distant vectors), `A` [g, n] -> [B, T, g, d], as one matmul with
     A's banded Toeplitz matrices (module docstring: whole blocks)."""
     g, n = A.shape
+    if plain.counting():  # the model's own arithmetic: each position's n vectors (nplm.fast.plain)
+        return torch.einsum("btdn,gn->btgd", e.unfold(1, n, 1), A)  # [B, T, d, n] x [g, n] -> [B, T, g, d]
     L = e.shape[1]  # T + n - 1
     # M_j[t, t + p - 1] = A_jp: A_j padded with zeros to L + 1, tiled T times and cut into rows of L, so that row
     # t starts t places further back in the tiling (its wrapped part is the padding). Its backward sums the

@@ -3,9 +3,12 @@
 `count_step_flops` runs the forward and backward of `head.loss(model(context), target).mean()` on one
 batch of the run's training shape under `torch.utils.flop_counter.FlopCounterMode`, which counts the
 matrix products (mm, addmm, bmm, baddbmm: 2 m n k each) and nothing elementwise (activations, the
-softmax, the optimizer's update). Where nplm trains through `nplm.fast.backprop` (the CPU's hand-written
-gradients), the count is autograd's for the same step: the arithmetic the step needs, not the kernels
-that ran; the zero padding of `nplm.fast.aligned` on a GPU is left out (its `unpadded`). The batch is
+softmax, the optimizer's update). It counts the model's FLOPs: the arithmetic its equations ask, inside
+`nplm.fast.plain.model_arithmetic` (no zero padding, no banded matrices' zeros, no capacity margins or
+every-cluster scoring of the adaptive head, no padding of tree paths), so the count is the same for every
+code path of a head and on every device; where nplm trains through `nplm.fast.backprop` (the CPU's
+hand-written gradients) it is autograd's for the same step. What the run's own path executes is counted
+beside it (`executed_per_step`, `train/executed_flops_per_token`), under its own name. The batch is
 drawn from the training windows with a generator of its own, the run's random number generators are
 forked around it (dropout, sampled heads) and the gradients it makes are dropped, so a run trains
 exactly as without the count.
@@ -13,7 +16,8 @@ exactly as without the count.
     MFU = FLOPs per training token x training tokens per second / peak FLOP/s of the devices
 
 (PaLM, Chowdhery et al. 2022, appendix B; the peak from `nplm.training.peak`): the per-step cost is
-nothing, the tokens/s being measured anyway. With `trainer.accumulate_grad_batches=1` a step is one
+nothing, the tokens/s being measured anyway. A figure above 100% (a measured peak taken while another job
+used the device) is shown as it is, with a warning, never clamped. With `trainer.accumulate_grad_batches=1` a step is one
 optimizer step, so this is also step FLOPs x optimizer steps per second / peak.
 """
 
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, replace
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -32,8 +37,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nplm.data.blocks import Blocks
 from nplm.data.windows import Windows
-from nplm.fast import aligned
-from nplm.training.peak import Peak, at_least, device_peak, precision_of
+from nplm.fast import plain
+from nplm.training.peak import Peak, device_peak, precision_of
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +58,9 @@ def extra_formulas() -> dict:
 
 
 def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor,
-                     features: Callable | None = None) -> int:
-    """FLOPs of forward + backward of `head.loss(model(context), target).mean()` (context `[B, k]`,
+                     features: Callable | None = None, executed: bool = False) -> int:
+    """The model's FLOPs (`nplm.fast.plain.model_arithmetic`; `executed`: those of the path the run takes
+    instead) of forward + backward of `head.loss(model(context), target).mean()` (context `[B, k]`,
     target `[B]`) in training mode; `features(context, target) -> (features [N, F], target [N])` in
     place of the model's own for block batches (`LanguageModel.features`). Leaves the modules as they
     were: their mode, their gradients, and the random number generators of the CPU and of the batch's GPU."""
@@ -65,7 +71,7 @@ def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, t
         p.grad = None
     gpus = [context.device] if context.device.type == "cuda" else []
     try:
-        with (torch.random.fork_rng(devices=gpus), aligned.unpadded(),  # the model's arithmetic, not the padding's
+        with (torch.random.fork_rng(devices=gpus), nullcontext() if executed else plain.model_arithmetic(),
               FlopCounterMode(display=False, custom_mapping=extra_formulas()) as c):
             model.train(), head.train()
             head.loss(*(features or (lambda c, t: (model(c), t)))(context, target)).mean().backward()
@@ -90,39 +96,33 @@ def sample_batch(windows: Windows | Blocks, batch_size: int,
 class FlopReport:
     """The counted FLOPs of a training batch and the peak they are measured against."""
 
-    per_step: int  # forward + backward of one training batch
+    per_step: int  # the model's FLOPs: forward + backward of one training batch
     tokens_per_step: int  # the batch's tokens (one per window)
     peak: Peak  # of one device
-    device: torch.device | None = None  # where a measured peak is measured again (`checked`)
-    data_dir: str | Path | None = None  # and cached
+    executed_per_step: int | None = None  # what the run's own code path computes for the same batch
 
     @property
     def per_token(self) -> float:
         return self.per_step / self.tokens_per_step
 
     def mfu(self, tokens_per_s: float, devices: int = 1) -> float:
-        """Model FLOP utilisation of `devices` devices that train `tokens_per_s` tokens a second together."""
+        """Model FLOP utilisation of `devices` devices that train `tokens_per_s` tokens a second together
+        (above 1 where the peak is too low: shown as it is; `speed_figures` warns)."""
         return tokens_per_s * self.per_token / (self.peak.flops * devices)
-
-    def checked(self, tokens_per_s: float, devices: int = 1) -> "FlopReport":
-        """This report, its measured peak raised where `tokens_per_s` of `devices` devices exceed it
-        (`nplm.training.peak.at_least`: a peak measured under another job's load)."""
-        if self.device is None or self.data_dir is None:
-            return self
-        achieved = tokens_per_s * self.per_token / devices
-        peak = at_least(self.peak, achieved, self.device, self.data_dir)
-        return self if peak is self.peak else replace(self, peak=peak)
 
     def metrics(self) -> dict[str, float]:
         """The numbers for metrics.json (`train/mfu` is logged per epoch by the LightningModule)."""
-        return {"train/flops_per_step": self.per_step, "train/flops_per_token": self.per_token,
-                "device/peak_flops": self.peak.flops}
+        out = {"train/flops_per_step": self.per_step, "train/flops_per_token": self.per_token,
+               "device/peak_flops": self.peak.flops}
+        if self.executed_per_step is not None:
+            out["train/executed_flops_per_token"] = self.executed_per_step / self.tokens_per_step
+        return out
 
     def as_dict(self) -> dict:
         """The count and the peak with its source, for metrics.json's `flops` entry and the loggers."""
         return {"flops_per_step": self.per_step, "flops_per_token": self.per_token,
-                "tokens_per_step": self.tokens_per_step, "peak_flops": self.peak.flops,
-                "peak_source": self.peak.source, "peak_precision": self.peak.precision}
+                "executed_flops_per_step": self.executed_per_step, "tokens_per_step": self.tokens_per_step,
+                "peak_flops": self.peak.flops, "peak_source": self.peak.source, "peak_precision": self.peak.precision}
 
 
 class FlopCount(pl.Callback):
@@ -140,11 +140,14 @@ class FlopCount(pl.Callback):
         device = pl_module.device
         context, target = sample_batch(self.windows, self.batch_size, device)
         step = count_step_flops(pl_module.model, pl_module.head, context, target, features=pl_module.features)
+        executed = count_step_flops(pl_module.model, pl_module.head, context, target, features=pl_module.features,
+                                    executed=True)
         tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
         report = FlopReport(step, target.numel(), device_peak(device, precision_of(trainer.precision, tf32),
-                                                              self.data_dir), device, self.data_dir)
-        log.info("%.4g FLOPs per training batch of %d tokens (%.4g per token); peak %.4g FLOP/s (%s, %s)", step,
-                 report.tokens_per_step, report.per_token, report.peak.flops, report.peak.source, report.peak.precision)
+                                                              self.data_dir), executed)
+        log.info("%.4g model FLOPs per training batch of %d tokens (%.4g per token; the run's code path executes "
+                 "%.4g); peak %.4g FLOP/s (%s, %s)", step, report.tokens_per_step, report.per_token,
+                 executed / report.tokens_per_step, report.peak.flops, report.peak.source, report.peak.precision)
         pl_module.flops = report
         for logger in trainer.loggers:
             logger.log_hyperparams({"flops": report.as_dict()})

@@ -6,9 +6,9 @@ run's precision: bf16 or fp16 for `trainer.precision` bf16-* / 16-*, TF32 for fl
 measured once: the best rate of a square `torch.matmul` in the precision's dtype over a fraction of a
 second, cached in `<paths.data_dir>/peak_flops.json` under the device's name, thread count and dtype,
 so every later run on that machine reads the same number. A measurement taken while another job used
-the CPU comes out low (17 GFLOP/s where the quiet machine gives 136: `make train` on a fresh clone beside
-a training job showed MFU 186%): a run whose own rate exceeds the measured peak measures it again and
-caches the larger of the two (`at_least`), so that MFU stays a fraction of what the device can do.
+the CPU comes out low (17 GFLOP/s where the quiet machine gives 136): a run's MFU is then above 100%,
+shown as it is with a warning (`nplm.training.throughput`); removing the entry from the cache measures
+the peak again at the next run.
 """
 
 from __future__ import annotations
@@ -138,23 +138,6 @@ def device_peak(device: torch.device, precision: str, data_dir: str | Path) -> P
             _write_cache(path, cached)
         _measured[key] = float(cached[key])
     return Peak(_measured[key], "measured", precision)
-
-
-def at_least(peak: Peak, achieved: float, device: torch.device, data_dir: str | Path) -> Peak:
-    """`peak`, or where it was measured and a run's own rate `achieved` (FLOP/s of one device) exceeds it
-    (a measurement under another job's load), the larger of a new measurement and `achieved`, cached."""
-    if peak.source != "measured" or achieved <= peak.flops:
-        return peak
-    key, path = _cache_key(device_name(device), device, peak.precision), _cache_path(data_dir)
-    flops = max(measure_peak(device, DTYPES[peak.precision]), achieved)
-    log.warning("the measured peak of %s, %.3g FLOP/s, is below this run's own %.3g FLOP/s (measured while another "
-                "job used the device?): measured again, %.3g FLOP/s cached in %s", key, peak.flops, achieved, flops,
-                path)
-    cached = _read_cache(path)
-    cached[key] = max(flops, cached.get(key, 0) if isinstance(cached.get(key), (int, float)) else 0)
-    _write_cache(path, cached)
-    _measured[key] = float(cached[key])
-    return Peak(_measured[key], "measured", peak.precision)
 
 
 def _cache_key(name: str, device: torch.device, precision: str) -> str:

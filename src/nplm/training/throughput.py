@@ -3,9 +3,12 @@ utilisation (`train/mfu`, from the run's `nplm.training.flops.FlopReport`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from nplm.training.flops import FlopReport
+
+log = logging.getLogger(__name__)
 
 
 class EpochClock:
@@ -26,12 +29,17 @@ class EpochClock:
 
 def speed_figures(tokens: int, seconds: float, flops: FlopReport | None,
                   devices: int) -> tuple[dict[str, float], FlopReport | None]:
-    """(`train/tokens_per_s`, `train/mfu` where `flops` is known, `train/epoch_time_s`; the report checked
-    again: a peak measured under load) of an epoch that trained `tokens` tokens on `devices` devices."""
+    """(`train/tokens_per_s`, `train/mfu` where `flops` is known, `train/epoch_time_s`; the report) of an
+    epoch that trained `tokens` tokens on `devices` devices. An MFU above 100% is kept as it is, with a
+    warning: the device's peak is below what the run achieved."""
     rate = tokens / max(seconds, 1e-9)
     out = {"train/tokens_per_s": rate}
     if flops is not None:  # model FLOP utilisation of the run's devices
-        flops = flops.checked(rate, devices)
-        out["train/mfu"] = flops.mfu(rate, devices)
+        out["train/mfu"] = mfu = flops.mfu(rate, devices)
+        if mfu > 1:
+            log.warning("train/mfu %.1f%% is above 100%%: the peak, %.4g FLOP/s (%s), is below this run's own rate; "
+                        "a peak measured while another job used the device is too low (remove its entry from "
+                        "<paths.data_dir>/peak_flops.json to measure it again)", 100 * mfu, flops.peak.flops,
+                        flops.peak.source)
     out["train/epoch_time_s"] = seconds
     return out, flops
