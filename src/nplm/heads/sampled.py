@@ -54,7 +54,7 @@ class SampledSoftmaxHead(Head):
         self.num_samples, self.sparse = num_samples, sparse
         # (count + 1)^power normalised in log space: no overflow at any power
         q = torch.softmax(proposal_power * torch.log(torch.tensor(counts, dtype=torch.float64) + 1.0), 0)  # [V]
-        zero = int((q.float() == 0).sum())
+        zero = 0 if q.is_meta else int((q.float() == 0).sum())  # (a memory estimate builds the head on the meta device)
         if zero:  # a word the noise never draws: its sampled loss is infinite
             raise UserError(f"head.proposal_power={proposal_power:g}: the noise distribution gives {zero} of the "
                             f"{len(q)} words a probability of 0 in float32; lower head.proposal_power (1: the "
