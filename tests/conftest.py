@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,8 +114,9 @@ class CliResult:
 
 def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
     """The console script `main` (e.g. `nplm.cli.train.main`) run in this process as the shell runs it:
-    `sys.argv` set, its output captured, its `SystemExit` turned into the exit status, an uncaught exception
-    into a traceback on stderr and status 1 (as the interpreter does). The process state a command sets
+    `sys.argv` set, its output captured, its warnings written to its stderr, its `SystemExit` turned into the
+    exit status, an uncaught exception into a traceback on stderr and status 1 (as the interpreter does). The
+    process state a command sets
     (Hydra's global state, the root logger's handlers and level, the working folder, torch's threads) is
     put back, so that the next command and the next test start as in a fresh process."""
     from hydra.core.global_hydra import GlobalHydra
@@ -128,7 +130,7 @@ def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
     try:
         if cwd is not None:
             os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err):
+        with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings(record=True) as shown:
             try:
                 main()
             except SystemExit as exit_:
@@ -136,6 +138,8 @@ def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
             except Exception:
                 traceback.print_exc()
                 code = 1
+            for w in shown:  # on stderr, as the interpreter prints them (the filters: the suite's and the command's)
+                err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
     finally:
         sys.argv = argv_before
         os.chdir(cwd_before)

@@ -117,17 +117,16 @@ def test_compare_refuses_folders_without_runs(tmp_path):
         find_jobs([tmp_path])
 
 
-def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
+def test_resuming_from_a_mismatched_checkpoint_is_refused(toy_run, tmp_path):
     from conftest import TOY_FAST, compose_cfg
     from nplm.errors import UserError
     from nplm.training.train import train
 
-    run_train(*TOY_FAST)
-    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt = Path(toy_run.last)
     with pytest.raises(UserError, match=r"has another model \(model.hidden_dim differ\); resume with the settings"):
         train(compose_cfg(tmp_path / "b", *TOY_FAST, "model.hidden_dim=7", f"resume={ckpt}"))
     with pytest.raises(UserError, match=r"has another model"):  # naming the run folder: it is kept
-        train(compose_cfg(tmp_path / "d", *TOY_FAST, "model.hidden_dim=7", f"resume={tmp_path / 'run'}"))
+        train(compose_cfg(tmp_path / "d", *TOY_FAST, "model.hidden_dim=7", f"resume={toy_run.folder}"))
     assert ckpt.exists()
     with pytest.raises(UserError, match=r"was trained on another vocabulary \(42 words, this corpus has 6\)"):
         (tmp_path / "t.txt").write_text("a b c d\n" * 10)
