@@ -141,6 +141,7 @@ def test_the_training_path_key_picks_the_loss_path_and_a_bad_one_is_refused(run_
         run_train(*TOY_FAST, "head=adaptive", "head.training_path=fast")
 
 
+@pytest.mark.slow  # torch.compile: seconds a graph
 @pytest.mark.parametrize("tied", [False, True])
 def test_fullgraph_compile_has_no_host_sync_and_equals_eager(tied):
     """fullgraph=True fails on a graph break: `.item()`, `nonzero()`, a boolean mask or any data-dependent

@@ -309,6 +309,7 @@ def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow  # every job of four sweeps composed and checked
 def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
     """Every job of a sweep is composed and checked before the first starts: the second job's mistake does not
     wait for the first to train (nor does a cross-key one, nor one Lightning refuses, nor one of a preset sweep)."""
@@ -343,6 +344,7 @@ def test_a_sweeps_jobs_are_those_of_hydras_basic_sweeper():
     assert sweep_jobs(optuna, _compose(optuna, CONF_DIR)) is None
 
 
+@pytest.mark.slow  # a sweep whose first job trains
 def test_in_a_multirun_a_job_whose_data_is_bad_fails_alone_and_records_its_error(tmp_path):
     (tmp_path / "train.txt").write_text("the cat sat on the mat\n" * 50)
     (tmp_path / "empty.txt").write_text("")

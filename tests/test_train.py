@@ -98,6 +98,7 @@ def test_text_files_with_eos_and_unk(run_train, tmp_path):
     assert "test/ppl" not in metrics
 
 
+@pytest.mark.slow  # trained until it predicts the toy corpus
 def test_checkpoint_loads_weights_only_and_serves_predict_generate_eval(run_train, tmp_path):
     run_train("corpus=toy", "model.context_size=3", "model.embed_dim=16", "model.hidden_dim=32",
               "optimizer.lr=0.01", "data.batch_size=16", "trainer.max_epochs=60")
