@@ -251,6 +251,7 @@ def test_a_sigkill_in_the_middle_of_a_checkpoint_write_leaves_the_previous_one_l
 
 
 # -- nplm-train: run folders, W&B, memory ---------------------------------------------------------------------
+@pytest.mark.slow  # three nplm-train command lines composed and checked
 def test_a_run_folder_that_cannot_be_made_is_one_line(tmp_path):
     one_line(nplm(tmp_path, nplm_train, *TOY, "hydra.run.dir=/proc/nope"),
              "hydra.run.dir=/proc/nope: cannot be written in /proc (No such file or directory)")
@@ -333,6 +334,7 @@ def test_the_memory_estimate_builds_every_head_on_the_meta_device(tmp_path, name
     assert need is not None and need["vocab_size"] == V and need["params"] > V * 32  # the output layer alone
 
 
+@pytest.mark.slow  # the corpus read and the model's size estimated
 def test_nplm_train_refuses_the_issues_model_in_one_line_and_writes_nothing(tmp_path):
     one_line(nplm(tmp_path, nplm_train, *TOY, "model.embed_dim=100000", "model.hidden_dim=100000",
                   "hydra.run.dir=r"),

@@ -117,6 +117,7 @@ def test_tree_with_a_head_that_uses_none_warns(run_train, caplog):
     assert "tree=balanced has no effect with head=softmax, which uses no tree" in caplog.text
 
 
+@pytest.mark.slow  # two training phases
 def test_learned_tree_trains_in_two_phases_from_one_command(run_train, tmp_path):
     run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2", "trainer.max_epochs=3")
     run = tmp_path / "run"

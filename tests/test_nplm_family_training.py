@@ -81,6 +81,7 @@ def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, he
         assert compiled[key] == pytest.approx(value, rel=1e-4), key
 
 
+@pytest.mark.slow  # two runs a pair
 @pytest.mark.parametrize("model,head", [("lbl", "softmax"), ("modern", "adaptive")])
 def test_bf16_mixed_training_is_finite_and_near_float32(run_train, model, head):
     exact = one_epoch(run_train, *pair(model, head))
@@ -112,6 +113,7 @@ def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, mo
     assert mixed["test"]["neural"] == pytest.approx(result["ppl"], rel=1e-4)
 
 
+@pytest.mark.slow  # two training phases
 def test_hlbl_on_a_learned_multi_code_tree_from_the_lbls_predicted_representations(run_train, tmp_path):
     """Mnih & Hinton (2009): a first HLBL on a random tree, its predicted representations r_hat averaged
     per word, a tree of recursive mixtures on them (ADAPTIVE(eps) x2: several codes per word), a second

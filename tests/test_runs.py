@@ -134,6 +134,7 @@ def test_resuming_from_a_mismatched_checkpoint_is_refused(toy_run, tmp_path):
                           f"corpus.valid={tmp_path / 't.txt'}", f"resume={ckpt}"))
 
 
+@pytest.mark.slow  # a run, then one continued
 def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_train, tmp_path):
     """Lightning 2.6's save_last=True rewrites last.ckpt only with a new best; a step this large makes
     the third epoch worse than the second, and continuing the run must start after it, not train it again."""
