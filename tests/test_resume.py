@@ -226,13 +226,13 @@ def test_resume_naming_a_finished_runs_own_folder_trains_it_on(tmp_path):
     finished": stop_at is not a training override); the same command without resume still skips it."""
     run = tmp_path / "run"
     args = [*TOY, "trainer.max_epochs=1000", f"paths.data_dir={tmp_path}", f"hydra.run.dir={run}"]
-    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
+    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}")  # (a toy epoch: a fraction of a second)
     assert first.code == 0, first.err[-3000:]
     cut = record(run)["history"]
     assert record(run)["status"] == "finished" and 0 < len(cut) < 1000
-    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
+    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}")
     assert "skipping" in skipped.out + skipped.err and record(run)["history"] == cut
-    on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}", f"resume={run}")
+    on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}", f"resume={run}")
     assert on.code == 0, on.err[-3000:]
     again = record(run)["history"]
     assert len(again) > len(cut) and [r["val/ppl"] for r in again[:len(cut)]] == [r["val/ppl"] for r in cut]
