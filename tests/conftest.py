@@ -115,13 +115,15 @@ class CliResult:
 def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
     """The console script `main` (e.g. `nplm.cli.train.main`) run in this process as the shell runs it:
     `sys.argv` set, its output captured, its warnings written to its stderr, its `SystemExit` turned into the
-    exit status, an uncaught exception into a traceback on stderr and status 1 (as the interpreter does). The
-    process state a command sets
-    (Hydra's global state, the root logger's handlers and level, the working folder, torch's threads) is
-    put back, so that the next command and the next test start as in a fresh process."""
+    exit status, an uncaught exception into a traceback on stderr and status 1 (as the interpreter does).
+    The process state a command sets (Hydra's global state and run config, the root logger's handlers and
+    level, the working folder, torch's threads) is put back, so that the next command and the next test
+    start as in a fresh process."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     out, err = io.StringIO(), io.StringIO()
+    hydra_config = HydraConfig.instance().cfg  # what `train` reads of a Hydra run (its job name, its launcher)
     root = logging.getLogger()
     handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
     argv_before, cwd_before = sys.argv, os.getcwd()
@@ -150,6 +152,7 @@ def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
         root.setLevel(level)
         torch.set_num_threads(threads)
         GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = hydra_config
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
