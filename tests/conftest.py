@@ -33,9 +33,9 @@ SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: trainings to convergence and what needs a process of its own (a fresh interpreter's "
-        "imports, kill and resume, DDP, the install), the real Brown corpus; `make test` runs them, "
-        "`make test-fast` (-m 'not slow') leaves them out")
+        "markers", "slow: runs that train more than a few batches (to convergence, several runs, torch.compile), "
+        "what needs a process of its own (a fresh interpreter's imports, kill and resume, DDP, the install), "
+        "the real Brown corpus; `make test` runs them, `make test-fast` (-m 'not slow') leaves them out")
 
 
 # A few Brown-format documents: "word/tag" tokens, one sentence per line (NLTK's tagged reader format).
