@@ -1,7 +1,8 @@
 # Two commands on a fresh clone (no network needed beyond the package registry for the first install):
 #   make train   - create .venv if missing, install, train the default experiment (quickstart)
-#   make test    - create .venv if missing, install, run the test suite
-#   make test-fast - the same without the tests marked slow (about 3.5 min)
+#   make test    - create .venv if missing, install, run the test suite (both cores, the 15 slowest listed)
+#   make test-fast - the same without the tests marked slow (under a minute)
+#   make coverage - the suite under coverage.py (subprocesses too): statement coverage of src/nplm
 #   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +13,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
+.PHONY: install train test test-fast coverage wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
 
 install: $(VENV)/.installed
 
@@ -28,12 +29,24 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 train: install
 	$(BIN)/nplm-train experiment=quickstart
 
+# The suite on TEST_JOBS processes (pytest-xdist; worksteal: an idle process takes tests queued for a busy one).
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal --durations=15
 test: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
-# Everything but the tests marked slow (full trainings, subprocess runs, sweeps, DDP): about 3.5 min.
+# Everything but the tests marked slow (trainings to convergence, fresh interpreters, sweeps, DDP, kill/resume).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
+
+# Statement coverage of src/nplm over the whole suite, the nplm commands the tests start in fresh processes
+# included ([tool.coverage.run] patch = subprocess); the data files go to this folder whatever a process's cwd.
+coverage: export COVERAGE_FILE := $(abspath .coverage)
+coverage: install
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m coverage run -m pytest -q -n $(TEST_JOBS) --dist worksteal -p no:cacheprovider
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report --skip-covered --sort=cover
 
 # The installed package must find its configs and shipped data without this checkout: build the wheel,
 # install it into a fresh venv (torch first, versions from constraints.txt), then from an empty temporary folder

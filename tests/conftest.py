@@ -1,9 +1,18 @@
-"""Shared fixtures: compose the real Hydra configs, make tiny corpora, run `train(cfg)` in-process."""
+"""Shared fixtures: compose the real Hydra configs, make tiny corpora, run `train(cfg)` and the command-line
+entry points in-process, and one toy run trained once per test process for the tests that only read one."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import io
+import logging
 import os
 import sys
+import traceback
+import warnings
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,8 +33,9 @@ SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: full trainings and other long tests (subprocess runs, sweeps, DDP, kill/resume, "
-        "the real Brown corpus); `make test` runs them, `make test-fast` (-m 'not slow') leaves them out")
+        "markers", "slow: runs that train more than a few batches (to convergence, several runs, torch.compile), "
+        "what needs a process of its own (a fresh interpreter's imports, kill and resume, DDP, the install), "
+        "the real Brown corpus; `make test` runs them, `make test-fast` (-m 'not slow') leaves them out")
 
 
 # A few Brown-format documents: "word/tag" tokens, one sentence per line (NLTK's tagged reader format).
@@ -61,8 +71,18 @@ def experiment_driver(name: str):
 
 def compose_cfg(tmp_path: Path, *overrides: str):
     """The real `conf/train.yaml` with `overrides`, writing under `tmp_path/run`, no W&B by default."""
-    defaults = [f"paths.output_dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}",
-                "logger=none", "threads=1"]
+    cfg = copy.deepcopy(_composed(tuple(overrides)))  # train(cfg) may change its config: each test its own
+    for key, folder in (("output_dir", "run"), ("data_dir", "data")):
+        if not any(o.startswith(f"paths.{key}=") for o in overrides):
+            cfg.paths[key] = str(tmp_path / folder)
+    return cfg
+
+
+@functools.lru_cache(maxsize=256)
+def _composed(overrides: tuple[str, ...]):
+    """Hydra's composition of `overrides` (a quarter of a second each), once per test process: configs
+    are not resolved when composed, so the run's folders are set on a copy (`compose_cfg`)."""
+    defaults = ["logger=none", "threads=1"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=defaults + list(overrides))
 
@@ -83,8 +103,96 @@ def run_train(tmp_path):
     return run
 
 
+@dataclass
+class CliResult:
+    """What a command left: its exit status, its standard output and its standard error."""
+
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
+    """The console script `main` (e.g. `nplm.cli.train.main`) run in this process as the shell runs it:
+    `sys.argv` set, its output captured, its warnings written to its stderr, its `SystemExit` turned into the
+    exit status, an uncaught exception into a traceback on stderr and status 1 (as the interpreter does).
+    The process state a command sets (Hydra's global state and run config, the root logger's handlers and
+    level, the working folder, torch's threads) is put back, so that the next command and the next test
+    start as in a fresh process."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    out, err = io.StringIO(), io.StringIO()
+    hydra_config = HydraConfig.instance().cfg  # what `train` reads of a Hydra run (its job name, its launcher)
+    root = logging.getLogger()
+    handlers, level, threads = root.handlers[:], root.level, torch.get_num_threads()
+    argv_before, cwd_before = sys.argv, os.getcwd()
+    sys.argv = [main.__module__, *map(str, argv)]
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings(record=True) as shown:
+            try:
+                main()
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            for w in shown:  # on stderr, as the interpreter prints them (the filters: the suite's and the command's)
+                err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    finally:
+        sys.argv = argv_before
+        os.chdir(cwd_before)
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        torch.set_num_threads(threads)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = hydra_config
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def error_lines(result: CliResult) -> list[str]:
+    """The `nplm: error:` lines of a command's stderr (a traceback fails the test)."""
+    assert "Traceback" not in result.err, result.err[-3000:]
+    return [line for line in result.err.splitlines() if line.startswith("nplm: error:")]
+
+
 TOY_FAST = ["corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=16",
             "data.batch_size=32", "optimizer.lr=0.01", "trainer.max_epochs=2"]
+
+
+@dataclass
+class ToyRun:
+    """A finished run of `TOY_FAST`: its folder, best and last checkpoints, `train`'s metrics and the data
+    folder its corpus was read into. Shared: a test reads it, and writes anything of its own elsewhere."""
+
+    folder: Path
+    best: str
+    last: str
+    metrics: dict
+    data_dir: str
+
+    @property
+    def record(self) -> dict:
+        """The run's metrics.json."""
+        import json
+
+        return json.loads((self.folder / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory) -> ToyRun:
+    """`TOY_FAST` (the toy corpus, two epochs) trained once per test process, for the tests that only need
+    a trained model: evaluate, generate, predict, mix, compare, the commands' errors on its files."""
+    root = tmp_path_factory.mktemp("toy_run")
+    metrics = train(compose_cfg(root, *TOY_FAST))
+    return ToyRun(root / "run", metrics["best_checkpoint"], str(root / "run" / "checkpoints" / "last.ckpt"),
+                  metrics, str(root / "data"))
 
 
 @pytest.fixture

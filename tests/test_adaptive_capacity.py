@@ -95,6 +95,7 @@ def test_rows_beyond_capacity_and_spill_get_nan_and_stop_training_with_one_line(
         head.check_training(epoch_end=True)
 
 
+@pytest.mark.slow  # a run stopped by its head
 def test_training_stops_with_the_heads_line_when_rows_were_left_unscored(run_train, monkeypatch):
     """The training loop reads the head's counters at its log lines: capacities of 1 row and no spill
     on the CPU (the capacity path forced) leave rows unscored, and the run stops with the head's line
@@ -141,6 +142,7 @@ def test_the_training_path_key_picks_the_loss_path_and_a_bad_one_is_refused(run_
         run_train(*TOY_FAST, "head=adaptive", "head.training_path=fast")
 
 
+@pytest.mark.slow  # torch.compile: seconds a graph
 @pytest.mark.parametrize("tied", [False, True])
 def test_fullgraph_compile_has_no_host_sync_and_equals_eager(tied):
     """fullgraph=True fails on a graph break: `.item()`, `nonzero()`, a boolean mask or any data-dependent
@@ -245,6 +247,7 @@ def bursty_corpus(folder, lines=120, seed=0):
     return [f"corpus.{split}={folder / f'{split}.txt'}" for split in ("train", "valid", "test")]
 
 
+@pytest.mark.slow  # a run on blocks
 def test_whole_blocks_of_bursty_text_train_on_the_capacity_path(run_train, tmp_path, monkeypatch):
     """Blocks of 24 consecutive tokens, 6 a batch: a batch with 5 or 6 blocks of the rare half holds 120 or
     more rows of tail cluster 3, beyond its binomial capacity (about 72 + 4 sd + 8) and the spill of 8 (their

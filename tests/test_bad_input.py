@@ -1,11 +1,11 @@
 """User mistakes: one line `key=value: what is allowed`, exit status 2, no half-written run.
 
-Most cases call `train(cfg)` in-process (fast); a few run `nplm-train` end to end."""
+Most cases call `train(cfg)`; the command line's are `nplm-train`'s entry point called in this process
+(`run_cli`); only what a fresh interpreter imports is checked in one."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +15,8 @@ import torch
 from nplm.config.schema import cpu_cores
 from nplm.errors import UserError
 
-from conftest import TOY_FAST, compose_cfg
+from conftest import TOY_FAST, compose_cfg, error_lines, run_cli
+from nplm.cli.train import main as nplm_train
 
 
 def expect_error(tmp_path, message: str, *overrides: str) -> None:
@@ -250,15 +251,8 @@ def test_brown_offline_without_a_local_copy(tmp_path, monkeypatch):
 
 
 # -- end to end: the command line --------------------------------------------------------------------
-def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nplm.cli.train", f"hydra.run.dir={tmp_path / 'run'}",
-                           "logger=none", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
-
-
-def errors(result) -> list[str]:
-    assert "Traceback" not in result.stderr
-    return [line for line in result.stderr.splitlines() if line.startswith("nplm: error:")]
+def cli(tmp_path, *args: str):
+    return run_cli(nplm_train, f"hydra.run.dir={tmp_path / 'run'}", "logger=none", *args, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -290,39 +284,33 @@ def errors(result) -> list[str]:
     (["trainer.devices=1000"], "trainer.devices=1000: at most %d, the CPU cores of this machine (one process each); "
                                "lower trainer.devices"),
 ])
-@pytest.mark.slow
 def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
     if "%d" in message:
         message = message % cpu_cores()
     result = cli(tmp_path, "corpus=toy", *args)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert errors(result) == [f"nplm: error: {message}"]
+    assert result.code == 2, result.err[-2000:]
+    assert error_lines(result) == [f"nplm: error: {message}"]
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.slow
 def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "head=hierarchical", "tree=file",
-                             f"tree.path={tmp_path / 'missing.json'}", "corpus=toy", "logger=none"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                            env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 2
-    assert errors(result)[0].startswith("nplm: error: cannot read tree file")
+    result = run_cli(nplm_train, "head=hierarchical", "tree=file", f"tree.path={tmp_path / 'missing.json'}",
+                     "corpus=toy", "logger=none", cwd=tmp_path)
+    assert result.code == 2
+    assert error_lines(result)[0].startswith("nplm: error: cannot read tree file")
     assert list(tmp_path.iterdir()) == []  # not even outputs/toy/runs
 
 
-@pytest.mark.slow
 def test_a_multirun_over_a_key_of_another_option_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", "head.node_dim=4,8",
-                             f"hydra.sweep.dir={tmp_path / 'sweep'}"], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=120)
-    assert result.returncode == 2
-    assert errors(result) == ["nplm: error: head.node_dim=4: not a key of head=softmax; it is a key of "
-                              "head=hierarchical: add head=hierarchical"]
+    result = run_cli(nplm_train, "-m", "corpus=toy", "head.node_dim=4,8", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                     cwd=tmp_path)
+    assert result.code == 2
+    assert error_lines(result) == ["nplm: error: head.node_dim=4: not a key of head=softmax; it is a key of "
+                                   "head=hierarchical: add head=hierarchical"]
     assert not (tmp_path / "sweep").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # every job of four sweeps composed and checked
 def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
     """Every job of a sweep is composed and checked before the first starts: the second job's mistake does not
     wait for the first to train (nor does a cross-key one, nor one Lightning refuses, nor one of a preset sweep)."""
@@ -334,12 +322,11 @@ def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
             ("c", [f"trainer.devices=1,{cpu_cores() + 1}"], f"trainer.devices={cpu_cores() + 1}: at most {cpu_cores()}"),
             ("d", ["+sweep=seeds", "optimizer.lr=-1"],
              "optimizer.lr=-1: must be a finite number > 0 (job #0 of the sweep's 5; no job has started)")]:
-        result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", *args, "logger=none",
-                                 f"hydra.sweep.dir={tmp_path / sweep}"], capture_output=True, text=True, cwd=tmp_path,
-                                timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        assert result.returncode == 2, result.stderr
-        assert [line[:len("nplm: error: " + message)] for line in errors(result)] == ["nplm: error: " + message]
-        assert errors(result)[0].endswith("; no job has started)")
+        result = run_cli(nplm_train, "-m", "corpus=toy", *args, "logger=none", f"hydra.sweep.dir={tmp_path / sweep}",
+                         cwd=tmp_path)
+        assert result.code == 2, result.err
+        assert [line[:len("nplm: error: " + message)] for line in error_lines(result)] == ["nplm: error: " + message]
+        assert error_lines(result)[0].endswith("; no job has started)")
         assert not (tmp_path / sweep).exists()
 
 
@@ -358,20 +345,17 @@ def test_a_sweeps_jobs_are_those_of_hydras_basic_sweeper():
     assert sweep_jobs(optuna, _compose(optuna, CONF_DIR)) is None
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a sweep whose first job trains
 def test_in_a_multirun_a_job_whose_data_is_bad_fails_alone_and_records_its_error(tmp_path):
     (tmp_path / "train.txt").write_text("the cat sat on the mat\n" * 50)
     (tmp_path / "empty.txt").write_text("")
     sweep = tmp_path / "sweep"
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", *TOY_FAST, "corpus=text_files",
-                             f"corpus.train={tmp_path / 'train.txt'}",
-                             f"corpus.valid={tmp_path / 'train.txt'},{tmp_path / 'empty.txt'}", "trainer.max_epochs=1",
-                             "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                            env={**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 1
+    result = run_cli(nplm_train, "-m", *TOY_FAST, "corpus=text_files", f"corpus.train={tmp_path / 'train.txt'}",
+                     f"corpus.valid={tmp_path / 'train.txt'},{tmp_path / 'empty.txt'}", "trainer.max_epochs=1",
+                     "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}", cwd=tmp_path)
+    assert result.code == 1
     message = f"corpus.valid={tmp_path / 'empty.txt'}: the file is empty (0 bytes, no text)"
-    assert any(line.startswith("nplm: error: " + message) for line in result.stderr.splitlines())
+    assert any(line.startswith("nplm: error: " + message) for line in result.err.splitlines())
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished" and ok["metrics"]["val/ppl_best"] > 1
     assert bad["status"] == "failed" and bad["error"].startswith(message)
@@ -395,10 +379,11 @@ def test_help_is_the_projects_own_and_imports_no_torch(tmp_path):
                  "  seed                   seed of every random choice", "nplm-train -m model.context_size=2,4",
                  "resume=true", "nplm-compare"):
         assert line in page, line
-    short = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-h"], capture_output=True, text=True, timeout=120)
-    assert short.returncode == 0 and short.stdout == page
+    short = run_cli(nplm_train, "-h")
+    assert short.code == 0 and short.out == page
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch (what it imports is the point)
 def test_a_bad_value_is_refused_before_lightning_and_wandb_load():
     """The registered options' keys are read from their modules, which import torch; the check needs
     nothing more (the trainer, the loggers)."""

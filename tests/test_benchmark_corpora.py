@@ -420,6 +420,7 @@ def test_a_given_vocabulary_encodes_through_its_own_cache(tmp_path):
         [t for line in texts["valid"].splitlines() for t in line.split() + ["<eos>"]]))
 
 
+@pytest.mark.slow  # two runs
 def test_nplm_train_on_a_local_ptb_copy_and_its_tree_read_again(tmp_path, monkeypatch):
     """nplm-train end to end; a second run reads the ids and the tree cached beside them."""
     from nplm.training import tree_phase

@@ -150,6 +150,7 @@ def test_the_summed_nll_of_a_split_in_blocks_is_window_modes(tmp_path):
     assert len(blocks.train_dataloader()) == -(-(windows.stats["train"].predicted // 5) // 3)
 
 
+@pytest.mark.slow  # a run, then a killed one resumed
 def test_a_run_on_blocks_trains_validates_tests_and_resumes_to_the_same_numbers(run_train, tmp_path):
     from nplm.cli.evaluate import evaluate
 
@@ -167,6 +168,7 @@ def test_a_run_on_blocks_trains_validates_tests_and_resumes_to_the_same_numbers(
         assert resumed[key] == pytest.approx(whole[key], rel=1e-5), key
 
 
+@pytest.mark.slow  # a run
 def test_tokens_per_second_counts_every_position_of_a_block(run_train, tmp_path):
     metrics = run_train(*SMALL, "trainer.max_epochs=1", "steps_per_execution=2")
     blocks = data_module(tmp_path, 8).blocks("train").whole  # all trained: 8 tokens each

@@ -153,6 +153,7 @@ def test_python_api_applies_the_same_checks(files):
      "nplm: error: --top-k=-3: must be an integer >= 0 (0 = sample among all tokens)\n"),
     (["nplm.cli.predict", "{ckpt}", "the", "--oov", "drop"], "nplm: error: --oov=drop: must be one of: unk, bengio\n"),
     (["nplm.cli.evaluate", "{empty}"], "nplm: error: checkpoint={empty}: is empty; not a checkpoint\n"),
+    (["nplm.cli.mix", "{ckpt}", "--weight", "nan"], "nplm: error: --weight=nan: must be a finite number in [0, 1]\n"),
     (["nplm.cli.compare", "{folder}", "--plots", "{text}"],
      "nplm: error: --plots={text}: is a file; pass a folder (it is created if missing)\n"),
 ])

@@ -169,18 +169,16 @@ def test_html_report_renders_in_headless_chromium(sweep, tmp_path):
 @pytest.mark.slow
 def test_a_real_seed_sweep_is_one_row(tmp_path, capsys):
     """nplm-train -m ... seed=0,1, then nplm-compare: one row, n=2, the mean of the two runs' numbers."""
-    import os
     import statistics
-    import sys
+
+    from conftest import run_cli
+    from nplm.cli.train import main as train_main
 
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    done = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "corpus=toy", "model.context_size=3",
-                           "model.embed_dim=8", "model.hidden_dim=8", "trainer.max_epochs=3", "seed=0,1",
-                           "logger=none", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_cli(train_main, "-m", "corpus=toy", "model.context_size=3", "model.embed_dim=8", "model.hidden_dim=8",
+                   "trainer.max_epochs=3", "seed=0,1", "logger=none", "threads=1", f"hydra.sweep.dir={sweep}",
+                   f"paths.data_dir={tmp_path}", cwd=tmp_path)
+    assert done.code == 0, done.err[-2000:]
     records = [json.loads((sweep / j / "metrics.json").read_text()) for j in ("0", "1")]
     vals = [r["metrics"]["val/ppl_best"] for r in records]
     assert vals[0] != vals[1]  # the seeds gave different runs

@@ -83,6 +83,7 @@ def test_bf16_autocast_nll_is_finite_and_close_to_float32(name, options):
     assert low.mean().item() == pytest.approx(exact.mean().item(), rel=0.01)
 
 
+@pytest.mark.slow  # two runs
 def test_bf16_mixed_training_runs_for_a_tree_head(run_train):
     """trainer.precision=bf16-mixed end to end (CPU autocast): the perplexities come out finite and
     near the float32 run's."""

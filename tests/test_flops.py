@@ -210,6 +210,7 @@ def test_a_block_run_counts_every_position_of_its_blocks(run_train):
     assert metrics["train/flops_per_step"] / metrics["train/flops_per_token"] == 115
 
 
+@pytest.mark.slow  # two runs compared
 def test_counting_changes_no_number_of_the_run(run_train, tmp_path, monkeypatch):
     """NCE draws its noise words and the model its dropout from the global generator; the count forks it."""
     setting = [*TOY_FAST, "head=nce", "model.dropout=0.3", "trainer.max_epochs=2"]

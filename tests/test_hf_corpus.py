@@ -81,6 +81,7 @@ def expect_error(tmp_path, message: str, *overrides: str) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # the saved dataset loaded five times
 def test_a_wrong_column_or_split_is_one_line(saved, tmp_path):
     expect_error(tmp_path, f"corpus.text_column=body: no such column in split train of {saved}; its columns: "
                  "text, label", f"corpus.dataset={saved}", "corpus.text_column=body")

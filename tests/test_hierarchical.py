@@ -90,6 +90,7 @@ def test_hierarchical_head_needs_a_tree_of_the_right_size():
         check_group("head", groups()["head"], {"name": "hierarchical", "node_form": "nope"})  # its registered keys
 
 
+@pytest.mark.slow  # trained until it predicts the toy corpus
 def test_toy_hsm_notebook_predicts_down_and_loudly(run_train, tmp_path):
     """experiment=toy_hsm, then nplm-predict ranks "down" after "the cat sat" and "loudly" after
     "a dog barked", as the notebook did; the tree travels in the run dir and the checkpoint."""
@@ -116,6 +117,7 @@ def test_tree_with_a_head_that_uses_none_warns(run_train, caplog):
     assert "tree=balanced has no effect with head=softmax, which uses no tree" in caplog.text
 
 
+@pytest.mark.slow  # two training phases
 def test_learned_tree_trains_in_two_phases_from_one_command(run_train, tmp_path):
     run_train("experiment=toy_hsm", "tree=learned", "tree.bootstrap_epochs=2", "trainer.max_epochs=3")
     run = tmp_path / "run"
@@ -128,6 +130,7 @@ def test_learned_tree_trains_in_two_phases_from_one_command(run_train, tmp_path)
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["nplm"]["tree"]["kind"] == "learned"
 
 
+@pytest.mark.slow  # both phases trained, then the first again
 def test_learned_tree_killed_in_phase_one_goes_on_from_its_checkpoint(run_train, tmp_path):
     import json
 
@@ -211,11 +214,8 @@ def test_a_balanced_tree_keeps_the_padded_paths():
     assert not HierarchicalHead(6, tree, node_form="logistic").compact_on_cpu
 
 
-def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path):
-    from conftest import TOY_FAST
-
-    run_train(*TOY_FAST, "model.context_size=2")  # a softmax model on the toy corpus: 42 words
-    first = next((tmp_path / "run" / "checkpoints").glob("best*.ckpt"))
+def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path, toy_run):
+    first = toy_run.best  # a softmax model on the toy corpus: 42 words
     with pytest.raises(UserError, match=r"tree.bootstrap_checkpoint=.*trained on another vocabulary \(42 words\) than this corpus. \(10\)"):
         run_train("experiment=toy_hsm", "corpus.max_vocab=10", "tree=learned", f"tree.bootstrap_checkpoint={first}",
                   "paths.output_dir=" + str(tmp_path / "second"))

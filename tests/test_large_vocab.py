@@ -100,6 +100,7 @@ def test_sparse_rows_update_only_the_batchs_nodes():
     assert torch.equal(moved, used)
 
 
+@pytest.mark.slow  # a run a head
 @pytest.mark.parametrize("name,options", [pytest.param(n, o, id=head_id(n, o)) for n, o in SPARSE])
 def test_nplm_train_with_sparse_heads_and_c(run_train, name, options):
     metrics = run_train(*TOY_FAST, "model.sparse_embeddings=true", *head_overrides(name, options))

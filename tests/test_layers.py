@@ -4,6 +4,7 @@ no concrete model named outside `models/`, no concrete head named outside `heads
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -23,6 +24,12 @@ LAYERS = [
     ["nplm.inference"],
     ["nplm.cli"],  # nothing imports from here
 ]
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once for all the checks below."""
+    return ast.parse(path.read_text())
 
 
 def modules() -> dict[str, Path]:
@@ -48,7 +55,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     """The nplm modules `name` imports anywhere in its file (lazy imports inside functions too)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -65,9 +72,10 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+@functools.lru_cache(maxsize=None)
+def graph() -> dict[str, frozenset[str]]:
     found = modules()
-    return {name: imports(name, path, set(found)) for name, path in found.items()}
+    return {name: frozenset(imports(name, path, set(found))) for name, path in found.items()}
 
 
 def test_the_package_root_holds_only_what_every_layer_uses():
@@ -108,7 +116,7 @@ def code_outside(package: str, pattern: str) -> list[str]:
     for name, path in modules().items():
         if name == package or name.startswith(package + "."):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.Name, ast.Attribute, ast.alias)):
                 text = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) \
                     else node.name

@@ -17,7 +17,7 @@ from nplm.inference.mixture import (build_ngram, fit_mixture_weight, mix, mix_lo
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, split_context
 from nplm.training.train import train
 
-from conftest import TOY_FAST, compose_cfg, make_fake_brown
+from conftest import compose_cfg, make_fake_brown
 
 
 def two_distributions(seed: int = 0, k: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -81,10 +81,9 @@ def test_perplexity_is_exp_of_the_mean_nll():
 
 # -- end to end on trained checkpoints ------------------------------------------------------------
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Two tiny trained runs: the toy corpus (splits not contiguous) and a fake Brown (contiguous)."""
-    toy = tmp_path_factory.mktemp("toy")
-    train(compose_cfg(toy, *TOY_FAST))
+def runs(tmp_path_factory, toy_run):
+    """Two tiny trained runs: the toy corpus (splits not contiguous: the shared `toy_run`) and a fake Brown
+    (contiguous)."""
     brown = tmp_path_factory.mktemp("brown")
     nltk_data = make_fake_brown(brown)
     brown_cfg = compose_cfg(brown, "corpus=brown", f"corpus.nltk_data={nltk_data}", "corpus.download=false",
@@ -92,7 +91,7 @@ def runs(tmp_path_factory):
                             "model.context_size=2", "model.embed_dim=8", "model.hidden_dim=8",
                             "trainer.max_epochs=1")
     train(brown_cfg)
-    return {name: (root / "run", str(root / "data")) for name, root in (("toy", toy), ("brown", brown))}
+    return {"toy": (toy_run.folder, toy_run.data_dir), "brown": (brown / "run", str(brown / "data"))}
 
 
 def rebuilt_datamodule(ckpt, data_dir):

@@ -5,9 +5,6 @@ checkpoints, and a sweep `-m model=nplm,lbl,modern` comes out as one nplm-compar
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -21,7 +18,8 @@ from nplm.inference.mixture import mix
 from nplm.models import MODELS
 from nplm.training.checkpoint import load_model
 
-from conftest import head_id, head_overrides, head_variants
+from conftest import head_id, head_overrides, head_variants, run_cli
+from nplm.cli.train import main as train_main
 
 TOY = ["corpus=toy", "data.batch_size=32", "optimizer.lr=0.01"]
 UNIFORM = 42  # the toy vocabulary: a model no better than uniform has perplexity 42
@@ -83,6 +81,7 @@ def test_compile_true_trains_as_eager_does(run_train, compile_backend, model, he
         assert compiled[key] == pytest.approx(value, rel=1e-4), key
 
 
+@pytest.mark.slow  # two runs a pair
 @pytest.mark.parametrize("model,head", [("lbl", "softmax"), ("modern", "adaptive")])
 def test_bf16_mixed_training_is_finite_and_near_float32(run_train, model, head):
     exact = one_epoch(run_train, *pair(model, head))
@@ -114,6 +113,7 @@ def test_checkpoint_serves_predict_generate_eval_and_mix(run_train, tmp_path, mo
     assert mixed["test"]["neural"] == pytest.approx(result["ppl"], rel=1e-4)
 
 
+@pytest.mark.slow  # two training phases
 def test_hlbl_on_a_learned_multi_code_tree_from_the_lbls_predicted_representations(run_train, tmp_path):
     """Mnih & Hinton (2009): a first HLBL on a random tree, its predicted representations r_hat averaged
     per word, a tree of recursive mixtures on them (ADAPTIVE(eps) x2: several codes per word), a second
@@ -131,12 +131,10 @@ def test_a_sweep_over_the_three_models_is_one_compare_table(tmp_path, capsys):
     """`nplm-train -m model=nplm,lbl,modern`: three jobs with the same head, corpus and budget; nplm-compare
     lists them side by side, one row per model."""
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", "-m", "model=nplm,lbl,modern", "corpus=toy",
-                             "model.embed_dim=16", "trainer.max_epochs=2", "logger=none", "threads=1",
-                             f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli(train_main, "-m", "model=nplm,lbl,modern", "corpus=toy", "model.embed_dim=16",
+                     "trainer.max_epochs=2", "logger=none", "threads=1", f"hydra.sweep.dir={sweep}",
+                     f"paths.data_dir={tmp_path / 'data'}", cwd=tmp_path)
+    assert result.code == 0, result.err[-3000:]
     records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
     assert [r["status"] for r in records] == ["finished"] * 3
     capsys.readouterr()

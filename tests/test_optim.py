@@ -128,6 +128,7 @@ def test_rows_outside_the_batch_do_not_move_under_lazy_adam():
     assert not torch.allclose(_train(dense, cfg, batches)[:2], after_sparse[:2])
 
 
+@pytest.mark.slow  # two runs compared
 def test_training_with_sparse_embeddings_matches_dense_sgd(run_train, tmp_path):
     """Plain SGD without weight decay: the lazy update of C is the dense one exactly (a zero gradient
     row does not move), so whole runs agree."""

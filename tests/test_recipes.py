@@ -148,6 +148,7 @@ def test_a_paper_recipe_trains_on_your_own_corpus(run_train, tmp_path, experimen
     assert metrics["test/ppl"] > 1
 
 
+@pytest.mark.slow  # a run of the recipe
 def test_the_wikitext103_recipe_trains_on_a_small_corpus(run_train, tmp_path):
     """Its cutoffs [20000, 40000, 200000] are beyond a 19-word vocabulary: dropped, the default taken;
     warm-up, cosine over updates, the first block's width and clipping as the paper's (a smaller model)."""

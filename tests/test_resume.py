@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import CliResult, run_cli
+from nplm.cli.train import main as train_main
 from nplm.tracking.records import write_json
 from nplm.tracking.runs import latest_to_continue, observed_status, resolve_resume
 
@@ -119,9 +121,9 @@ def runner(cwd: Path, moment: str, n: int, *args: str, job: str | None = None,
                           capture_output=True, text=True, timeout=600)
 
 
-def nplm_train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=600)
+def nplm_train(cwd: Path, *args: str) -> CliResult:
+    """nplm-train in this process (`run_cli`): the killed runs are the runner's, in processes of their own."""
+    return run_cli(train_main, *args, cwd=cwd)
 
 
 def record(run: Path) -> dict:
@@ -132,7 +134,7 @@ def record(run: Path) -> dict:
 def uninterrupted(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("whole")
     done = nplm_train(tmp, *TOY, f"paths.data_dir={tmp}", f"hydra.run.dir={tmp / 'whole'}")
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.code == 0, done.err[-2000:]
     return record(tmp / "whole")
 
 
@@ -150,8 +152,8 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_numbers(tmp_p
     if (run / "checkpoints" / "last.ckpt").exists():  # whatever is there loads: never a torn file
         torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     resumed = nplm_train(tmp_path, *args, "resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Experiment logs directory" not in resumed.stderr + resumed.stdout  # no third-party warning
+    assert resumed.code == 0, resumed.err[-3000:]
+    assert "Experiment logs directory" not in resumed.err + resumed.out  # no third-party warning
     again = record(run)
     assert again["status"] == "finished" and again["epochs"] == uninterrupted["epochs"]
     assert again["metrics"]["val/ppl_best"] == uninterrupted["metrics"]["val/ppl_best"]
@@ -167,8 +169,8 @@ def test_killed_before_its_first_checkpoint_then_resume_starts_it_afresh(tmp_pat
     assert killed.returncode == -9 and not (run / "checkpoints" / "last.ckpt").exists()
     assert record(run)["status"] == "running"  # it says what it was from its first moment
     resumed = nplm_train(tmp_path, *args, "resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "killed before its first checkpoint" in resumed.stderr + resumed.stdout
+    assert resumed.code == 0, resumed.err[-3000:]
+    assert "killed before its first checkpoint" in resumed.err + resumed.out
     assert record(run)["metrics"]["val/ppl_best"] == uninterrupted["metrics"]["val/ppl_best"]
 
 
@@ -190,11 +192,11 @@ def test_a_sweep_with_a_killed_and_a_failed_job_redoes_only_those_two(tmp_path):
                       6: "finished", 7: "running"}
     stamps = {seed: (p / "metrics.json").stat().st_mtime for seed, p in jobs.items()}
     again = nplm_train(tmp_path, *args)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.code == 0, again.err[-3000:]
     assert {seed: record(p)["status"] for seed, p in jobs.items()} == {s: "finished" for s in range(8)}
     redone = sorted(seed for seed, p in jobs.items() if (p / "metrics.json").stat().st_mtime != stamps[seed])
     assert redone == [3, 7]
-    log = again.stdout + again.stderr
+    log = again.out + again.err
     assert log.count("skipping") == 6 and f"continuing {jobs[7]}" in log
 
 
@@ -224,13 +226,13 @@ def test_resume_naming_a_finished_runs_own_folder_trains_it_on(tmp_path):
     finished": stop_at is not a training override); the same command without resume still skips it."""
     run = tmp_path / "run"
     args = [*TOY, "trainer.max_epochs=1000", f"paths.data_dir={tmp_path}", f"hydra.run.dir={run}"]
-    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}")  # (a toy epoch: a fraction of a second)
+    assert first.code == 0, first.err[-3000:]
     cut = record(run)["history"]
     assert record(run)["status"] == "finished" and 0 < len(cut) < 1000
-    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}")
-    assert "skipping" in skipped.stdout + skipped.stderr and record(run)["history"] == cut
-    on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 25:.0f}", f"resume={run}")
-    assert on.returncode == 0, on.stderr[-3000:]
+    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}")
+    assert "skipping" in skipped.out + skipped.err and record(run)["history"] == cut
+    on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 10:.0f}", f"resume={run}")
+    assert on.code == 0, on.err[-3000:]
     again = record(run)["history"]
     assert len(again) > len(cut) and [r["val/ppl"] for r in again[:len(cut)]] == [r["val/ppl"] for r in cut]

@@ -13,18 +13,24 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from nplm.cli.compare import find_jobs, main as compare_main
+from nplm.cli.train import main as train_main
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
 SMALL = ["corpus=tiny_shakespeare", "model.context_size=4", "model.embed_dim=8", "model.hidden_dim=16",
          "data.batch_size=16", "trainer.max_epochs=4", "logger=none", "threads=1"]
 
 
-def nplm_train(cwd: Path, *args: str, wait: bool = True):
-    command = [sys.executable, "-m", "nplm.cli.train", *args]
-    if wait:
-        return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
-    return subprocess.Popen(command, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def nplm_train(cwd: Path, *args: str):
+    """nplm-train in this process (`run_cli`)."""
+    return run_cli(train_main, *args, cwd=cwd)
+
+
+def killable(cwd: Path, *args: str) -> subprocess.Popen:
+    """nplm-train in a process of its own, to be killed."""
+    return subprocess.Popen([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def history(run: Path) -> list[str]:
@@ -44,10 +50,10 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     text = shakespeare_text(tmp_path)
     args = [*SMALL, f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
     whole = nplm_train(tmp_path, *args, f"hydra.run.dir={tmp_path / 'runs' / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert whole.code == 0, whole.err[-2000:]
 
     killed_dir = tmp_path / "runs" / "killed"
-    proc = nplm_train(tmp_path, *args, f"hydra.run.dir={killed_dir}", wait=False)
+    proc = killable(tmp_path, *args, f"hydra.run.dir={killed_dir}")
     deadline = time.time() + 300
     while len(history(killed_dir)) < 3 and time.time() < deadline:  # header + 2 epochs
         time.sleep(0.05)
@@ -58,9 +64,9 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert record["status"] == "running" and (killed_dir / "checkpoints" / "last.ckpt").exists()
 
     resumed = nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={tmp_path / 'runs' / 'again'}")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.code == 0, resumed.err[-2000:]
     again = tmp_path / "runs" / "again"
-    assert not again.exists(), (list(again.iterdir()), resumed.stderr[-3000:])  # it went on in the old folder
+    assert not again.exists(), (list(again.iterdir()), resumed.err[-3000:])  # it went on in the old folder
     a = json.loads((tmp_path / "runs" / "whole" / "metrics.json").read_text())
     b = json.loads((killed_dir / "metrics.json").read_text())
     assert b["status"] == "finished" and b["epochs"] == a["epochs"] == 4
@@ -68,7 +74,7 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r["val/ppl"] for r in b["history"]] == [r["val/ppl"] for r in a["history"]]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a two-job sweep trained, then run again
 def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     train_text, empty = tmp_path / "train.txt", tmp_path / "empty.txt"
@@ -78,10 +84,10 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
             "model.embed_dim=8", "trainer.max_epochs=1", "logger=none", "threads=1", f"hydra.sweep.dir={sweep}",
             f"paths.data_dir={tmp_path}"]
     first = nplm_train(tmp_path, *args)
-    assert first.returncode == 1
-    log = first.stdout + first.stderr  # not a terminal: plain per-epoch lines, no progress bar
+    assert first.code == 1
+    log = first.out + first.err  # not a terminal: plain per-epoch lines, no progress bar
     assert "epoch 0: train/ppl" in log and "it/s]" not in log
-    assert "1 job(s) of the sweep failed" in first.stderr
+    assert "1 job(s) of the sweep failed" in first.err
     ok, bad = (json.loads((sweep / n / "metrics.json").read_text()) for n in ("0", "1"))
     assert ok["status"] == "finished"
     error = f"corpus.valid={empty}: the file is empty (0 bytes, no text); give corpus.valid a file with text"
@@ -91,7 +97,7 @@ def test_sweep_records_a_failed_job_skips_finished_ones_and_compares(tmp_path, c
                                  "trainer.max_epochs=1"]}  # threads=1 does not change what is trained
     stamp = (sweep / "0" / "metrics.json").stat().st_mtime
     again = nplm_train(tmp_path, *args)
-    assert "skipping" in again.stderr + again.stdout
+    assert "skipping" in again.err + again.out
     assert (sweep / "0" / "metrics.json").stat().st_mtime == stamp
 
     jobs = find_jobs([sweep])
@@ -111,17 +117,16 @@ def test_compare_refuses_folders_without_runs(tmp_path):
         find_jobs([tmp_path])
 
 
-def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
+def test_resuming_from_a_mismatched_checkpoint_is_refused(toy_run, tmp_path):
     from conftest import TOY_FAST, compose_cfg
     from nplm.errors import UserError
     from nplm.training.train import train
 
-    run_train(*TOY_FAST)
-    ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    ckpt = Path(toy_run.last)
     with pytest.raises(UserError, match=r"has another model \(model.hidden_dim differ\); resume with the settings"):
         train(compose_cfg(tmp_path / "b", *TOY_FAST, "model.hidden_dim=7", f"resume={ckpt}"))
     with pytest.raises(UserError, match=r"has another model"):  # naming the run folder: it is kept
-        train(compose_cfg(tmp_path / "d", *TOY_FAST, "model.hidden_dim=7", f"resume={tmp_path / 'run'}"))
+        train(compose_cfg(tmp_path / "d", *TOY_FAST, "model.hidden_dim=7", f"resume={toy_run.folder}"))
     assert ckpt.exists()
     with pytest.raises(UserError, match=r"was trained on another vocabulary \(42 words, this corpus has 6\)"):
         (tmp_path / "t.txt").write_text("a b c d\n" * 10)
@@ -129,6 +134,7 @@ def test_resuming_from_a_mismatched_checkpoint_is_refused(run_train, tmp_path):
                           f"corpus.valid={tmp_path / 't.txt'}", f"resume={ckpt}"))
 
 
+@pytest.mark.slow  # a run, then one continued
 def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_train, tmp_path):
     """Lightning 2.6's save_last=True rewrites last.ckpt only with a new best; a step this large makes
     the third epoch worse than the second, and continuing the run must start after it, not train it again."""
@@ -171,10 +177,10 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
     args = [*(a for a in SMALL if not a.startswith(("logger=", "trainer.max_epochs="))), "logger=wandb",
             "trainer.max_epochs=6", f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
     run, runs = tmp_path / "runs" / "r", tmp_path / "runs"
-    kill_after_epochs(nplm_train(tmp_path, *args, f"hydra.run.dir={run}", wait=False), run, 2)
-    kill_after_epochs(nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r2'}", wait=False), run, 4)
+    kill_after_epochs(killable(tmp_path, *args, f"hydra.run.dir={run}"), run, 2)
+    kill_after_epochs(killable(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r2'}"), run, 4)
     last = nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r3'}")
-    assert last.returncode == 0, last.stderr[-3000:]
+    assert last.code == 0, last.err[-3000:]
     assert sorted(p.name for p in runs.iterdir()) == ["r"]  # every invocation went on in the first folder
 
     run_id = (run / "wandb_id.txt").read_text().strip()
@@ -188,13 +194,13 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
     # Raising max_epochs is another run unless the user says so: in the run's own folder, refused
     refused = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
                          f"hydra.run.dir={run}")
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+    assert refused.code == 2 and refused.err.strip().splitlines()[-1] == (
         f"nplm: error: resume: {run} was run with other overrides (trainer.max_epochs=6 -> 7); repeat its "
         "overrides, or add resume_allow_changes=true to continue it with these")
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 6  # untouched
     more = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
                       "resume_allow_changes=true", f"hydra.run.dir={runs / 'r5'}")
-    assert more.returncode == 0, more.stderr[-3000:]
+    assert more.code == 0, more.err[-3000:]
     assert epochs(run / "metrics.csv", "val/ppl") == epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(7))
     assert (run / "wandb_id.txt").read_text().strip() == run_id and len(list((run / "wandb").glob("offline-run-*"))) == 4
 
@@ -223,7 +229,7 @@ def test_resume_names_every_changed_override(tmp_path):
     assert training_overrides(["threads=2", "seed=1", "stop_at=5"]) == ["seed=1"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a run, then the same job found finished
 def test_a_new_deadline_grouping_or_thread_count_is_the_same_job(tmp_path):
     """stop_at (a driver's wall-clock budget), steps_per_execution and threads do not change what is
     trained: a second call with other values finds the finished run (and would resume a killed one)."""
@@ -231,8 +237,8 @@ def test_a_new_deadline_grouping_or_thread_count_is_the_same_job(tmp_path):
 
     args = ["corpus=toy", "logger=none", "trainer.max_epochs=1", f"hydra.run.dir={tmp_path / 'a'}"]
     first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 3600:.0f}", "threads=1")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.code == 0, first.err[-3000:]
     again = nplm_train(tmp_path, *args[:-1], f"hydra.run.dir={tmp_path / 'b'}", f"stop_at={time.time() + 7200:.0f}",
                        "steps_per_execution=4", "threads=2", "resume=true")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "already finished" in again.stdout + again.stderr
+    assert again.code == 0, again.err[-3000:]
+    assert "already finished" in again.out + again.err

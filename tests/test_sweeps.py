@@ -13,13 +13,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow  # every test here runs nplm-train sweeps in subprocesses
+from conftest import CliResult, run_cli
+from nplm.cli.train import main as train_main
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
 FAST = ["corpus=toy", "trainer.max_epochs=1", "logger=none"]
 
 
-def nplm_train(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def nplm_train(cwd: Path, *args: str) -> CliResult:
+    """nplm-train in this process (`run_cli`); it must succeed."""
+    result = run_cli(train_main, *args, cwd=cwd)
+    assert result.code == 0, result.err[-3000:]
+    return result
+
+
+def nplm_train_process(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """nplm-train in a process of its own: where it starts processes of its own (DDP, the launchers)."""
     result = subprocess.run([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -51,6 +60,7 @@ def test_the_heads_preset_sweeps_every_registered_head():
     assert sorted(params["head"].split(",")) == HEADS.names()
 
 
+@pytest.mark.slow  # six runs
 def test_context_length_preset_runs_six_jobs(tmp_path):
     nplm_train(tmp_path, "-m", "+sweep=context_length", *FAST, "threads=1", f"hydra.sweep.dir={tmp_path / 's'}")
     got = sorted(int(next(o for o in r["overrides"] if o.startswith("model.context_size=")).split("=")[1])
@@ -58,6 +68,7 @@ def test_context_length_preset_runs_six_jobs(tmp_path):
     assert got == [1, 2, 3, 4, 6, 8]
 
 
+@pytest.mark.slow  # four runs
 @needs("hydra_plugins.hydra_optuna_sweeper")
 def test_optuna_search_minimises_validation_perplexity(tmp_path):
     command = ["-m", "+sweep=optuna", *FAST, "threads=1", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={tmp_path / 's'}"]
@@ -71,28 +82,31 @@ def test_optuna_search_minimises_validation_perplexity(tmp_path):
     stamps = [(tmp_path / "s" / n / "metrics.json").stat().st_mtime for n in ("0", "1")]
     shutil.rmtree(tmp_path / "s" / "2")
     again = nplm_train(tmp_path, *command)
-    assert (again.stdout + again.stderr).count("already finished") == 2
+    assert (again.out + again.err).count("already finished") == 2
     assert [(tmp_path / "s" / n / "metrics.json").stat().st_mtime for n in ("0", "1")] == stamps
     redone = records(tmp_path / "s")[2]
     assert redone["status"] == "finished" and redone["overrides"] == jobs[2]["overrides"]
 
 
+@pytest.mark.slow  # the launcher's worker processes
 @needs("hydra_plugins.hydra_joblib_launcher")
 def test_parallel_launcher_gives_each_job_its_share_of_threads(tmp_path):
-    nplm_train(tmp_path, "-m", "hydra/launcher=parallel", *FAST, "model.context_size=2,3",
+    nplm_train_process(tmp_path, "-m", "hydra/launcher=parallel", *FAST, "model.context_size=2,3",
                f"hydra.sweep.dir={tmp_path / 's'}")
     jobs = records(tmp_path / "s")
     assert [j["status"] for j in jobs] == ["finished", "finished"]
     assert {j["machine"]["torch_threads"] for j in jobs} == {max(1, (os.cpu_count() or 1) // 2)}
 
 
+@pytest.mark.slow  # the executor's job processes
 @needs("hydra_plugins.hydra_submitit_launcher")
 def test_submitit_local_executor_runs_the_sweep(tmp_path):
-    nplm_train(tmp_path, "-m", "hydra/launcher=submitit_local", *FAST, "threads=1", "model.context_size=2,3",
+    nplm_train_process(tmp_path, "-m", "hydra/launcher=submitit_local", *FAST, "threads=1", "model.context_size=2,3",
                f"hydra.sweep.dir={tmp_path / 's'}")
     assert [j["status"] for j in records(tmp_path / "s")] == ["finished", "finished"]
 
 
+@pytest.mark.slow  # two DDP processes (the reference run in this one)
 @pytest.mark.parametrize("sparse", ["false", "true"])
 def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path, sparse):
     """2 ranks x batch 8 == 1 process x batch 16 (the ranks' batches are consecutive single-process
@@ -105,7 +119,7 @@ def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path, sparse):
               "trainer.max_epochs=3", "threads=1", "optimizer.lr=0.01",
               f"model.sparse_embeddings={sparse}"]
     nplm_train(tmp_path, *common, "data.batch_size=16", "logger=none", f"hydra.run.dir={tmp_path / 'one'}")
-    ddp = nplm_train(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8", "logger=csv",
+    ddp = nplm_train_process(tmp_path, *common, "trainer=ddp", "trainer.devices=2", "data.batch_size=8", "logger=csv",
                      f"hydra.run.dir={tmp_path / 'two'}")
     assert (ddp.stdout + ddp.stderr).count("val/ppl_best ") == 1  # the run's last line, once, not once per rank
     one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))

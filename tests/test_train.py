@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,16 +15,16 @@ from nplm.cli.evaluate import evaluate
 from nplm.cli.generate import generate
 from nplm.cli.predict import predict
 
-from conftest import TOY_FAST, make_fake_brown
+from conftest import TOY_FAST, make_fake_brown, run_cli
+from nplm.cli.train import main as train_main
 
 
 def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def test_toy_run_writes_metrics_config_history_and_checkpoint(run_train, tmp_path):
-    metrics = run_train(*TOY_FAST)
-    run = tmp_path / "run"
+def test_toy_run_writes_metrics_config_history_and_checkpoint(toy_run):
+    metrics, run = toy_run.metrics, toy_run.folder
     record = read_metrics(run)
     assert record["status"] == "finished" and record["seed"] == 1234 and record["epochs"] == 2
     assert record["corpus"]["vocab_size"] == 42 and record["corpus"]["train_tokens"] == 121
@@ -39,11 +37,11 @@ def test_toy_run_writes_metrics_config_history_and_checkpoint(run_train, tmp_pat
     assert (run / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_same_seed_same_perplexities(tmp_path):
+def test_same_seed_same_perplexities(tmp_path, toy_run):
     from conftest import compose_cfg
     from nplm.training.train import train
 
-    a = train(compose_cfg(tmp_path / "a", *TOY_FAST))
+    a = toy_run.metrics  # TOY_FAST, trained earlier in this process
     b = train(compose_cfg(tmp_path / "b", *TOY_FAST))
     assert a["val/ppl_best"] == b["val/ppl_best"] and a["test/ppl"] == b["test/ppl"]
 
@@ -100,6 +98,7 @@ def test_text_files_with_eos_and_unk(run_train, tmp_path):
     assert "test/ppl" not in metrics
 
 
+@pytest.mark.slow  # trained until it predicts the toy corpus
 def test_checkpoint_loads_weights_only_and_serves_predict_generate_eval(run_train, tmp_path):
     run_train("corpus=toy", "model.context_size=3", "model.embed_dim=16", "model.hidden_dim=32",
               "optimizer.lr=0.01", "data.batch_size=16", "trainer.max_epochs=60")
@@ -123,13 +122,10 @@ def test_multirun_2x2_gives_four_runs_with_wandb_offline(tmp_path):
     """`nplm-train -m model.context_size=2,4 model.embed_dim=16,32 corpus=toy`: 4 jobs, each with its
     own metrics.json and its own offline W&B run holding the perplexities."""
     sweep = tmp_path / "sweep"
-    result = subprocess.run(
-        [sys.executable, "-m", "nplm.cli.train", "-m", "model.context_size=2,4", "model.embed_dim=16,32", "corpus=toy",
-         "trainer.max_epochs=1", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        env={**__import__("os").environ, "WANDB_MODE": "offline"},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_cli(train_main, "-m", "model.context_size=2,4", "model.embed_dim=16,32", "corpus=toy",
+                     "trainer.max_epochs=1", "threads=1", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path}",
+                     cwd=tmp_path)
+    assert result.code == 0, result.err[-2000:]
     jobs = sorted(p.parent for p in sweep.glob("*/metrics.json"))
     assert len(jobs) == 4
     shapes = set()

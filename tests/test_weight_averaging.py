@@ -45,6 +45,7 @@ def test_the_test_scores_the_averaged_weights_of_the_best_checkpoint(run_train, 
     assert result["ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-5)
 
 
+@pytest.mark.slow  # a run, then one resumed
 def test_resume_goes_on_with_the_average_and_the_trained_weights(run_train, tmp_path):
     whole = run_train(*TOY_FAST[:-1], "trainer.max_epochs=3", "callbacks.ema_decay=0.9")
     run_train(*TOY_FAST[:-1], "trainer.max_epochs=1", "callbacks.ema_decay=0.9")  # in call2/run
