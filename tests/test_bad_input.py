@@ -297,7 +297,8 @@ def test_a_data_error_leaves_no_empty_output_folders(tmp_path):
     result = run_cli(nplm_train, "head=hierarchical", "tree=file", f"tree.path={tmp_path / 'missing.json'}",
                      "corpus=toy", "logger=none", cwd=tmp_path)
     assert result.code == 2
-    assert error_lines(result)[0].startswith("nplm: error: cannot read tree file")
+    missing = tmp_path / "missing.json"
+    assert error_lines(result) == [f"nplm: error: tree.path={missing}: must be an existing file: none at {missing}"]
     assert list(tmp_path.iterdir()) == []  # not even outputs/toy/runs
 
 

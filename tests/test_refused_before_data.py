@@ -76,9 +76,12 @@ def test_a_noise_distribution_that_gives_words_no_chance_names_the_heads_key(tmp
     ["-m", "corpus=toy", "corpus.tokenizer=bpe", "corpus.vocab_size=300,400", "corpus.max_vocab=100"],
 ])
 def test_keys_a_subword_vocabulary_makes_meaningless_are_refused(tmp_path, monkeypatch, argv):
+    from hydra.core.hydra_config import HydraConfig
+
     from nplm.cli.train import check_composition
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # (check_composition sets it)
     with pytest.raises(UserError, match=r"^corpus.max_vocab=100: has no effect with corpus.tokenizer=bpe \(a vocabulary "
                                         r"of corpus.vocab_size pieces learned on the training split\); leave "
                                         r"corpus.max_vocab out"):

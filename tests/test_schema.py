@@ -66,9 +66,10 @@ def test_every_shipped_config_and_option_passes(tmp_path):
     assert len(experiments) >= 10
     for overrides in ([f"experiment={e}"] for e in experiments):
         validate(compose_cfg(tmp_path, *overrides))
+    (tmp_path / "t.json").write_text("{}")  # tree.path must name an existing file
     for group in ("corpus", "model", "head", "tree", "optimizer", "trainer", "logger", "debug"):
         for option in options(group):
-            extra = ["tree.path=t.json"] if option == "file" else ["corpus.train=a", "corpus.valid=b"] \
+            extra = [f"tree.path={tmp_path / 't.json'}"] if option == "file" else ["corpus.train=a", "corpus.valid=b"] \
                 if option == "text_files" else ["corpus.dataset=wikitext"] if option == "hf" else []
             if (group, option) == ("trainer", "gpu"):
                 continue  # refused without a GPU: test_bad_input

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 from nplm.errors import UserError, report_user_errors
+from nplm.files import atomic_write
 
 FILE = "PROVENANCE.json"
 ROOT = Path(__file__).resolve().parents[3]  # the checkout (or copy) holding src/nplm
@@ -127,15 +126,10 @@ def verified_commit(root: Path | None = None) -> str | None:
 def pack(out: Path, root: Path = ROOT) -> dict:
     """`git archive` of HEAD with `PROVENANCE.json` added, as the tar `out`; refuses a dirty checkout."""
     stated = describe(root)
-    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=root, capture_output=True,
+    archive = subprocess.run(["git", "archive", "--format=tar", f"--add-virtual-file={FILE}:"
+                              + json.dumps(stated, indent=1) + "\n", "HEAD"], cwd=root, capture_output=True,
                              check=True).stdout
-    data = json.dumps(stated, indent=1).encode()
-    buffer = io.BytesIO(archive)
-    with tarfile.open(fileobj=buffer, mode="a") as tar:
-        info = tarfile.TarInfo(FILE)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    out.write_bytes(buffer.getvalue())
+    atomic_write(out, archive, "the packed tree")
     return stated
 
 
@@ -149,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "write":
         stated = describe()
-        (ROOT / FILE).write_text(json.dumps(stated, indent=1) + "\n")
+        atomic_write(ROOT / FILE, json.dumps(stated, indent=1) + "\n")
         print(f"{ROOT / FILE}: commit {stated['commit']}, {len(stated['files'])} files")
     else:
         stated = pack(args.out)
