@@ -113,6 +113,7 @@ def run_observed(folder, monkeypatch, *overrides: str, listen: bool = False) -> 
 
 
 @pytest.mark.parametrize("overrides", [(), ("model.dropout=0.2", "trainer.accumulate_grad_batches=2")])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_nplm_train_gives_the_autograd_runs_perplexities(tmp_path, monkeypatch, overrides):
     """Two epochs on the toy corpus by hand and through autograd: the same perplexities. nplm-train
     chooses the path itself in both runs: by hand for the NPLM with the softmax head on a CPU, and
@@ -128,6 +129,7 @@ def test_nplm_train_gives_the_autograd_runs_perplexities(tmp_path, monkeypatch, 
     assert 1.5 < hand["val/ppl"] < 40
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_nplm_train_uses_autograd_for_other_heads_and_compile(tmp_path, monkeypatch):
     """A tree head (the hierarchical softmax) has no gradients by hand: `possible` says no. With
     `compile=true` the softmax head, which could, trains through the compiled autograd step (the

@@ -201,6 +201,7 @@ def test_a_validation_interval_longer_than_an_epoch(tmp_path):
                  "4, or a fraction of the epoch such as 0.5", *TOY_FAST, "trainer.val_check_interval=100")
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_split_with_no_tokens(tmp_path):
     expect_error(tmp_path, "corpus.valid_size=0: the valid split of corpus 'tiny_shakespeare' has no tokens; "
                  "raise corpus.valid_size", "corpus=tiny_shakespeare", "corpus.valid_size=0", "corpus.test_size=0.1")
@@ -331,6 +332,7 @@ def test_a_multirun_with_a_bad_value_in_a_later_job_runs_none(tmp_path):
         assert not (tmp_path / sweep).exists()
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_sweeps_jobs_are_those_of_hydras_basic_sweeper():
     """What the check before a sweep composes: the product of every override's values, a preset sweep's
     `hydra.sweeper.params` first and the command line's value of the same key instead; none for optuna."""

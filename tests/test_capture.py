@@ -107,6 +107,7 @@ def train_captured(lm: LanguageModel, data, clip_val=None, algorithm="norm", dry
 
 @pytest.mark.parametrize("head", HEADS.names())
 @pytest.mark.parametrize("model", MODELS.names())
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_dry_captured_step_trains_every_model_and_head_as_the_eager_step(model, head):
     """Every loss and every final parameter of the dry captured step (the graph's step function on static
     buffers, a tensor step size updated in place, the loss summed on the device) equal the eager loop's,
@@ -249,6 +250,7 @@ def test_a_partial_batch_after_the_warm_up_trains_eagerly_and_is_not_captured():
     assert step.replays == 2 and step._inputs[0].shape == (B, K)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_compiled_loss_is_compiled_once_though_the_batches_are_strided_views():
     """The warm-up runs on the static buffers the capture records: a compiled loss (guarded on its inputs'
     strides) compiles in the first warm-up step and never again, though each batch is a strided view of the
@@ -325,6 +327,7 @@ def full_batches(metrics: dict, batch: int = 32) -> int:
 
 
 @pytest.mark.parametrize("model", ["nplm", "modern"])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, model):
     """Through nplm-train (Lightning, groups of batches, a partial last group, a per-step schedule,
     validation, checkpoints): the dry captured step's run has the eager run's perplexities; it logs the
@@ -344,6 +347,7 @@ def test_nplm_train_with_the_dry_captured_step_gives_the_eager_run(run_train, mo
     assert 0 < dry["train/lr"] < 0.01  # the cosine's value after two epochs, not the tensor's initial one
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_weights_moving_average_keeps_the_step_captured(run_train):
     """callbacks.ema_decay (the sun2021 recipes' default) listens to no per-batch backward/optimizer hook: the
     step stays captured, and the averaged weights validate as in the eager run."""
@@ -355,6 +359,7 @@ def test_the_weights_moving_average_keeps_the_step_captured(run_train):
         assert dry[key] == pytest.approx(eager[key], rel=1e-4), key
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_plateau_schedule_of_a_dry_captured_run_gives_the_eager_run(run_train):
     """ReduceLROnPlateau steps after validation, filling the captured step's tensor step size in place."""
     overrides = [*TOY_FAST, "trainer.max_epochs=3", "optimizer=sgd", "optimizer.lr=5.0", "optimizer.lr_decay=0",
@@ -448,6 +453,7 @@ def test_dropout_masks_differ_between_replays_on_cuda():
     assert step.replays == 3 and len(set(sums[capture.WARMUP_STEPS:])) == 3
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_dry_captured_run_writes_checkpoints_an_eager_run_resumes(run_train, tmp_path):
     """last.ckpt holds float step sizes, capturable off; resuming it without the captured step trains on."""
     first = dry_run(run_train, *TOY_FAST, "trainer.max_epochs=1")
@@ -503,6 +509,7 @@ def test_a_compiled_step_on_cuda_is_captured_and_trains_as_the_eager_step():
     assert [s.item() for s in sums] == pytest.approx(want, rel=3e-2)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_nplm_train_captures_the_compiled_step_compiling_it_once(run_train, compile_backend, monkeypatch):
     """compile=true with the captured step (dry: the same calls on the static buffers, no graph), as a GPU run
     drives it: every full batch replays, the loss is compiled once for them (and once more for the epoch's
@@ -523,6 +530,7 @@ def test_nplm_train_captures_the_compiled_step_compiling_it_once(run_train, comp
         assert captured[key] == pytest.approx(plain[key], rel=1e-5), key
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_reduce_overhead_mode_marks_each_step_and_keeps_the_losses_it_sums(run_train, compile_backend,
                                                                               monkeypatch):
     """compile_mode=reduce-overhead (torch.compile's own CUDA graphs): every training batch starts a new
@@ -593,6 +601,7 @@ class ReadsPerStep(pl.Callback):
     ["data.block_size=8", "data.batch_size=2", "optimizer.warmup_steps=3", "trainer.gradient_clip_val=1.0"],  # blocks
     ["data.batch_size=4", "callbacks.ema_decay=0.9", "cuda_graphs=false"],  # the eager step (a configuration not captured)
 ], ids=["windows", "blocks", "eager"])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_lightning_steps_read_the_device_only_at_log_lines(tmp_path, monkeypatch, mode):
     """Between log lines nplm-train's Lightning steps (each a group of batches, captured or eager, the loss sum
     and the finite check kept on the device, the weights' moving average, the per-step schedule, the next
@@ -633,6 +642,7 @@ class AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_captured_step_is_the_plain_loops_step_and_a_few_ops_of_bookkeeping(tmp_path):
     """What a captured replay runs beyond a plain training loop's step (loss.mean().backward(), torch's fused
     capturable AdamW over one group), at `experiment=sun2021/brown`'s model and head: the copies of the batch

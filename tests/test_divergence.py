@@ -88,6 +88,7 @@ def test_a_diverged_first_phase_of_a_learned_tree_is_recorded_in_both_records(tm
     assert record(tmp_path)["error"] == phase["error"] == str(info.value)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_command_line_says_one_line_and_exits_2(tmp_path):
     """The issue's case: a learning rate of 1e9 used to end "finished" with an infinite perplexity."""
     result = run_cli(train_main, f"hydra.run.dir={tmp_path / 'run'}", "logger=none", "corpus=toy", "optimizer=sgd",
@@ -107,6 +108,7 @@ def test_the_command_line_says_one_line_and_exits_2(tmp_path):
     (["model=lbl", "head=softmax", "model.tie_embeddings=auto"], True),
     (["model=nplm", "head=softmax"], False),  # (no output word vectors)
 ])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_every_model_trains_with_every_head_tied_where_it_can(tmp_path, overrides, tied):
     from nplm.training.train import train
 

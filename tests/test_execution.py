@@ -86,6 +86,7 @@ def _checkpoint(folder) -> dict:
     ["trainer.accumulate_grad_batches=3", "trainer.gradient_clip_val=0.05"],
     ["optimizer=sgd", "optimizer.lr=0.5", "optimizer.lr_decay=0.01"],
 ])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_any_steps_per_execution_trains_as_one_batch_per_step(tmp_path, extra):
     """Toy corpus, 2 epochs of 15 batches: S = 1, 3 (not a divisor: a short last group) and 16 give the
     same perplexities, with gradient accumulation, clipping and a per-step schedule too."""
@@ -99,6 +100,7 @@ def test_any_steps_per_execution_trains_as_one_batch_per_step(tmp_path, extra):
         assert got == pytest.approx(results[0], rel=1e-6)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_gradient_clipping_and_accumulation_are_applied(tmp_path):
     sgd = ["optimizer=sgd", "optimizer.lr=0.5", "optimizer.lr_decay=0"]  # (Adam's step barely depends on the scale)
     plain = _train(tmp_path / "a", *sgd)["val/ppl_best"]
@@ -106,6 +108,7 @@ def test_gradient_clipping_and_accumulation_are_applied(tmp_path):
         assert abs(_train(tmp_path / name, *sgd, option)["val/ppl_best"] - plain) > 1e-3 * plain, option
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_clipping_with_a_fused_optimizer_under_bf16_mixed_trains(tmp_path):
     """Lightning refuses to clip for a fused optimizer under any mixed precision; bf16 has no gradient scaler,
     so nplm clips with torch's utilities (`experiment=sun2021/wikitext103`: fused AdamW, clip 0.25, bf16)."""
@@ -120,6 +123,7 @@ def test_max_steps_stops_at_that_optimizer_step(tmp_path):
     assert _checkpoint(tmp_path)["global_step"] == 7
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_run_stopped_before_any_validation_records_no_best_perplexity(tmp_path):
     """max_steps inside the quick start's first epoch (6,972 batches): metrics.json's val/ppl_best is null (it
     was Infinity, which is not JSON), the test split scored on the last weights."""

@@ -319,6 +319,7 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_before_it_is_allocated(tmp
 
 
 @pytest.mark.parametrize("name,options", head_params())
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_memory_estimate_builds_every_head_on_the_meta_device(tmp_path, name, options):
     """Every registered head (each of its variants), with a balanced tree where it uses one."""
     from nplm.heads import head_class

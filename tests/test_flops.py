@@ -59,6 +59,7 @@ def built(model_name: str, head_name: str, tmp_path):
 
 @pytest.mark.parametrize("model_name", MODELS.names())
 @pytest.mark.parametrize("head_name", HEADS.names())
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_every_model_and_head_counts_some_flops(model_name, head_name, tmp_path):
     model, head, V = built(model_name, head_name, tmp_path)
     generator = torch.Generator().manual_seed(0)

@@ -120,6 +120,7 @@ def test_gradients_reach_every_parameter(name, options):
 
 
 @pytest.mark.parametrize("name,options", head_params())
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_adam_fits_a_tiny_batch(name, options):
     if name == "adaptive":
         options = {**options, "div_value": 2.0}  # 16 // 4^2 = 1 dim is too few
@@ -137,6 +138,7 @@ def test_adam_fits_a_tiny_batch(name, options):
     assert before > 3.5 and after < 0.1, (before, after)  # from about log 37 to near 0
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_within_class_nll_backward_passes_gradcheck():
     head = make("class_based")
     f = features().requires_grad_()
@@ -280,6 +282,7 @@ def test_adaptive_default_cutoffs_work_for_tiny_vocabularies(V_small):
     assert head.adaptive.cutoffs[-1] == V_small and len(head.adaptive.cutoffs) == (2 if V_small == 2 else 3)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_class_based_head_with_brown_tree_classes_trains_and_reloads(run_train, tmp_path):
     from conftest import TOY_FAST
     from nplm.training.checkpoint import load_model

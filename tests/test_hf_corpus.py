@@ -37,6 +37,7 @@ def saved(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_saved_dataset_trains_with_the_hand_counted_tokens(saved, tmp_path):
     metrics = train(compose_cfg(tmp_path, "corpus=hf", f"corpus.dataset={saved}", *SMALL))
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -55,6 +56,7 @@ def test_a_saved_dataset_trains_with_the_hand_counted_tokens(saved, tmp_path):
     assert result["ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-6)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_local_folder_of_data_files_goes_through_load_dataset_offline(tmp_path, monkeypatch):
     """Not a save_to_disk folder: `datasets.load_dataset` reads its parquet files (the cache in HF_HOME)."""
     folder = tmp_path / "files"

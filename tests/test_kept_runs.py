@@ -24,6 +24,7 @@ class StopAtEpoch(pl.Callback):
             raise UserError("head.something: a made-up mistake found in training")
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_an_error_inside_training_keeps_the_run_and_resume_continues_it(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(UserError, match="a made-up mistake found in training"):

@@ -8,6 +8,8 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "nplm"
 
@@ -82,6 +84,7 @@ def test_the_package_root_holds_only_what_every_layer_uses():
     assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py"]
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_imports_run_one_way_from_the_commands_down():
     upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
               for a, targets in graph().items() for b in targets if layer_of(b) > layer_of(a)]

@@ -107,6 +107,7 @@ def best_checkpoint(run):
     return record["best_checkpoint"], record["metrics"]
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_mix_a_trained_toy_model_with_kn3(runs):
     run, data_dir = runs["toy"]
     ckpt, metrics = best_checkpoint(run)

@@ -183,6 +183,7 @@ def test_vectorised_score_equals_a_naive_per_token_computation(order, interpolat
 @pytest.mark.parametrize("interpolate", [True, False])
 @pytest.mark.parametrize("order", [3, 4, 5])
 @pytest.mark.parametrize("min_counts", ["srilm", (1, 2, 3, 2, 2)])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_count_cutoffs_keep_every_distribution_normalised_and_match_the_reference(order, interpolate, min_counts):
     cutoffs = min_counts if isinstance(min_counts, str) else min_counts[:order]
     model = KneserNey(order, interpolate, min_counts=cutoffs).fit(TRAIN, V)

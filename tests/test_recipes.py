@@ -109,6 +109,7 @@ def test_no_experiment_file_sets_corpus_keys():
         assert "corpus" not in text, f"experiment/{name}.yaml sets corpus keys: make them a conf/corpus option"
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_paper_protocols_are_corpus_options():
     cfg = composed("experiment=bengio2003/mlp1", "corpus=brown_bengio2003", "experiment=morin2005/nplm",
                    "corpus=brown_morin2005")

@@ -62,6 +62,7 @@ def test_resuming_a_checkpoint_of_another_head_is_refused_before_the_data(tmp_pa
 
 
 @pytest.mark.parametrize("head", ["nce", "importance_sampling"])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_noise_distribution_that_gives_words_no_chance_names_the_heads_key(tmp_path, head):
     with pytest.raises(UserError, match=rf"^head.proposal_power=1000: the noise distribution gives \d+ of the \d+ words "
                                         r"a probability of 0 in float32; lower head.proposal_power"):

@@ -21,6 +21,7 @@ TABLE1 = {"mlp1": (4, 50, 60, True), "mlp3": (4, 0, 60, True), "mlp5": (4, 50, 3
 
 
 @pytest.mark.parametrize("row", TABLE1)
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_bengio2003_rows_have_the_papers_shapes_and_recipes(tmp_path, row):
     paper = compose_cfg(tmp_path, f"experiment=bengio2003/{row}")
     m = paper.model
@@ -34,6 +35,7 @@ def test_bengio2003_rows_have_the_papers_shapes_and_recipes(tmp_path, row):
     assert (modern.optimizer.weight_decay, modern.optimizer.eps, modern.corpus.markers) == (0.1, 1e-5, True)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_morin2005_protocol(tmp_path):
     cfg = compose_cfg(tmp_path, "experiment=morin2005/hierarchical", "tree=huffman")
     assert (cfg.corpus.max_vocab, cfg.corpus.train_size, cfg.corpus.valid_size) == (10000, 900000, 100000)
@@ -75,6 +77,7 @@ def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path):
     assert longer["status"] == "finished"
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
     run_dir = tmp_path / "bad"
     assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None
@@ -135,6 +138,7 @@ def bengio_driver():
     return experiment_driver("bengio2003")
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_every_modern_nplm_row_composes_and_changes_one_part(tmp_path):
     run = bengio_driver()
     recipe = compose_cfg(tmp_path, "experiment=sun2021/brown").model

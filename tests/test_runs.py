@@ -117,6 +117,7 @@ def test_compare_refuses_folders_without_runs(tmp_path):
         find_jobs([tmp_path])
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_resuming_from_a_mismatched_checkpoint_is_refused(toy_run, tmp_path):
     from conftest import TOY_FAST, compose_cfg
     from nplm.errors import UserError

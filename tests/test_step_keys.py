@@ -67,6 +67,7 @@ def test_the_command_line_refuses_them_with_exit_2(overrides, message, capsys):
     assert capsys.readouterr().err == f"nplm: error: {message}\n"
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_compile_mode_and_backend_reach_torch_compile_and_the_record(tmp_path, monkeypatch):
     """compile=true with compile_backend=eager, compile_mode=default: torch.compile gets them (and fullgraph),
     the run trains, and its config.yaml records all four keys."""
@@ -85,6 +86,7 @@ def test_compile_mode_and_backend_reach_torch_compile_and_the_record(tmp_path, m
         "compile_mode": "default", "compile_backend": "eager", "capture_dry": False, "sync_debug": False}
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_capture_dry_runs_the_captured_step_on_the_cpu(run_train, monkeypatch):
     """capture_dry=true: the captured step runs dry (no CUDA graph) on the CPU, every full batch after the warm-up
     on its static buffers; without it a CPU run takes no captured step."""

@@ -66,6 +66,7 @@ def _combinations():
 
 
 @pytest.mark.parametrize("model, head", _combinations())
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_every_model_and_head_trains_on_byte_level_bpe(tmp_path, model, head):
     tree = ["tree=balanced"] if head in ("hierarchical",) else []
     metrics = train(compose_cfg(tmp_path, "corpus=tiny_shakespeare", "corpus.tokenizer=bpe", "corpus.vocab_size=300",

@@ -64,6 +64,7 @@ def test_per_word_perplexity_of_a_word_corpus_is_its_per_token_perplexity(runs):
     assert word["test/word_ppl"] == pytest.approx(word["test/ppl"], rel=1e-6)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_bits_per_byte_of_a_character_model_on_ascii_text_is_log2_of_its_perplexity(runs):
     _, char = runs
     assert char["val/bpb_best"] == pytest.approx(math.log2(char["val/ppl_best"]), rel=1e-12)

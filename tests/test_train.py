@@ -76,6 +76,7 @@ def test_tiny_shakespeare_characters_from_a_local_file(run_train, tmp_path):
 
 
 @pytest.mark.parametrize("corpus", ["brown", "brown_gpt2"])
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_brown_pipelines_on_a_fake_nltk_corpus(run_train, tmp_path, corpus):
     nltk_data = make_fake_brown(tmp_path)
     run_train(f"corpus={corpus}", f"corpus.nltk_data={nltk_data}", "corpus.download=false",

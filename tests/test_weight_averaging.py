@@ -16,6 +16,7 @@ def checkpoint(run) -> dict:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_the_average_is_validated_and_checkpointed_while_the_training_weights_are_unchanged(run_train, tmp_path):
     plain = run_train(*TOY_FAST)
     averaged = run_train(*TOY_FAST, "callbacks.ema_decay=0.9")
@@ -29,6 +30,7 @@ def test_the_average_is_validated_and_checkpointed_while_the_training_weights_ar
     assert averaged["val/ppl_best"] != pytest.approx(plain["val/ppl_best"], rel=1e-4)
 
 
+@pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
 def test_a_vanishing_decay_averages_nothing(run_train, tmp_path):
     """decay ~ 0: the average is the last step's weights, so every figure is the plain run's."""
     plain = run_train(*TOY_FAST)
