@@ -56,7 +56,7 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
     """The `nplm-train --help` page."""
     lines = ["usage: nplm-train [-m] [group=option ...] [key=value ...] [--cfg job] [-h]", "",
              "Train a neural probabilistic language model; every setting is a Hydra override.",
-             "Every value is checked before anything runs (see README: What is checked).", "",
+             "Every value is checked before anything runs (docs/configuration.md: What is checked).", "",
              "config groups (group=option; change one of its keys with group.key=value):"]
     for group in sorted(p.name for p in conf_dir.iterdir() if p.is_dir() and p.name not in ("hydra", "paths")):
         lines.append(f"  {group}")
