@@ -330,20 +330,17 @@ def accepted(overrides: list[str], folder: Path) -> bool:
     return True
 
 
-def draws(count: int, seed: int, fixtures: Fixtures, tries: int = 5) -> list[list[str]]:
-    """`count` configurations drawn from `seed` (the i-th depends only on seed and i: replayable alone). A share
+def draw_nth(seed: int, index: int, fixtures: Fixtures, tries: int = 4) -> list[str]:
+    """Configuration `index` of the draw `seed` (it depends only on both: replayable alone). A share
     `VALID_SHARE` of them is redrawn up to `tries` times until the schema accepts it, so that most train; the
     rest are taken as drawn (their cross-key mistakes are the schema's to refuse)."""
-    out = []
-    for i in range(count):
-        rng = random.Random(f"{seed}/{i}")
-        valid = rng.random() < VALID_SHARE
-        for _ in range(tries):
-            overrides = draw(rng, fixtures)
-            if not valid or accepted(overrides, fixtures.root / "check"):
-                break
-        out.append(overrides)
-    return out
+    rng = random.Random(f"{seed}/{index}")
+    valid = rng.random() < VALID_SHARE
+    for _ in range(tries):
+        overrides = draw(rng, fixtures)
+        if not valid or accepted(overrides, fixtures.root / "check"):
+            break
+    return overrides
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -380,12 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # the runs' own log lines; the outcome says what matters
     with tempfile.TemporaryDirectory() as tmp:
         fixtures = Fixtures.make(Path(tmp) / "fixtures")
-        if args.replay:
-            configs = [[o for o in shlex.split(args.replay) if o not in FIXED and o != "nplm-train"]]
-        else:
-            configs = draws(args.count, args.seed, fixtures)
+        replay = [o for o in shlex.split(args.replay or "") if o not in FIXED and o != "nplm-train"]
         outcomes = []
-        for i, overrides in enumerate(configs):
+        for i in range(1 if args.replay else args.count):
+            overrides = replay or draw_nth(args.seed, i, fixtures)
             outcomes.append(try_config(overrides, Path(tmp) / f"c{i}"))
             o = outcomes[-1]
             if args.verbose or o.kind == "failed":

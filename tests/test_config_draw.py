@@ -1,0 +1,44 @@
+"""Every configuration the schema accepts trains; every one it does not is refused in one line naming the key.
+
+A small seeded draw of `config_draw` (every group's options, keys at their rules' bounds) trained on a batch
+each; the large draw is `make fuzz`. Below it, the cases earlier draws found, each as its own test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from config_draw import Fixtures, draw_nth, try_config
+from conftest import TOY_FAST, compose_cfg
+from nplm.errors import UserError
+from nplm.training.train import train
+
+SEED, COUNT = 20261129, 20
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+    return Fixtures.make(tmp_path_factory.mktemp("fixtures"))
+
+
+@pytest.mark.parametrize("index", range(COUNT))
+def test_a_drawn_configuration_trains_or_is_refused_in_one_line(fixtures, tmp_path, index):
+    overrides = draw_nth(SEED, index, fixtures)
+    outcome = try_config(overrides, tmp_path)
+    assert outcome.kind in ("trained", "refused", "diverged"), f"{outcome.replay()}\n{outcome.message}"
+    if outcome.kind != "trained":
+        assert "\n" not in outcome.message and outcome.key, outcome.message
+
+
+def refused(tmp_path, *overrides: str) -> str:
+    with pytest.raises(UserError) as err:
+        train(compose_cfg(tmp_path, *TOY_FAST, *overrides))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_batch_fraction_that_leaves_overfit_batches_no_batch_is_refused(tmp_path):
+    # data.overfit_batches=2 validates on the first 2 training batches: half of one batch... Lightning's traceback
+    message = refused(tmp_path, "data.overfit_batches=1", "trainer.limit_val_batches=0.5")
+    assert message == ("trainer.limit_val_batches=0.5: leaves no batch of the valid split (data.overfit_batches=1: the "
+                       "first training batches) (1 batches of 32 windows); use at least 1, or a count like 1")
