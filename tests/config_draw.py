@@ -266,6 +266,8 @@ def _problem_with_run(metrics: dict, folder: Path) -> str | None:
     record = json.loads((folder / "run" / "metrics.json").read_text())
     if record.get("status") != "finished":
         return f"train returned but the run's record says status={record.get('status')}"
+    if not any(row.get("step", 0) > 0 for row in record.get("history") or []):
+        return "the run is finished but trained no step (its history has no step > 0)"
     bad = {k: v for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)}
     if bad:
         return f"non-finite metrics of a finished run: {bad}"

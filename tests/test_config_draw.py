@@ -42,3 +42,20 @@ def test_a_batch_fraction_that_leaves_overfit_batches_no_batch_is_refused(tmp_pa
     message = refused(tmp_path, "data.overfit_batches=1", "trainer.limit_val_batches=0.5")
     assert message == ("trainer.limit_val_batches=0.5: leaves no batch of the valid split (data.overfit_batches=1: the "
                        "first training batches) (1 batches of 32 windows); use at least 1, or a count like 1")
+
+
+def test_a_training_split_of_no_tokens_is_refused_before_the_data(tmp_path, monkeypatch):
+    from nplm.data.datamodule import LMDataModule
+
+    monkeypatch.setattr(LMDataModule, "setup", lambda *_: pytest.fail("the corpus was read"))
+    assert refused(tmp_path, "corpus=tiny_shakespeare", "corpus.train_size=0") == (
+        "corpus.train_size=0: must be a token count >= 1 or a fraction in (0, 1] (0 leaves no training split)")
+
+
+def test_a_training_split_that_rounds_to_no_tokens_is_refused_naming_its_key_not_min_count(tmp_path):
+    # (the vocabulary of an empty split has only <unk>: the refusal blamed corpus.min_count)
+    (tmp_path / "text.txt").write_text("the cat sat down\n" * 20)
+    split = ["corpus.train_size=0.001", "corpus.valid_size=0.5", "corpus.test_size=0", "corpus.vocab_from=train"]
+    assert refused(tmp_path, "corpus=tiny_shakespeare", f"corpus.path={tmp_path / 'text.txt'}", "corpus.sha256=null",
+                   *split) == (
+        "corpus.train_size=0.001: the train split of corpus 'tiny_shakespeare' has no tokens; raise corpus.train_size")

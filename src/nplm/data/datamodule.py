@@ -103,6 +103,8 @@ class LMDataModule(pl.LightningDataModule):
         else:
             text = load_corpus(cfg, self.data_dir)
             self.files, contiguous = text.files, text.contiguous
+            if not text.train:  # (before the vocabulary, which would be empty: the key to change is the split's)
+                _require_tokens(cfg, "train", 0, 0, k)
             texts = {s: render(getattr(text, s), JOINERS[text.tokenizer]) for s in SPLITS}
             if cfg.get("tokenizer") is not None:  # a learned subword vocabulary: trained on the training text
                 start = time.perf_counter()
