@@ -59,3 +59,15 @@ def test_a_training_split_that_rounds_to_no_tokens_is_refused_naming_its_key_not
     assert refused(tmp_path, "corpus=tiny_shakespeare", f"corpus.path={tmp_path / 'text.txt'}", "corpus.sha256=null",
                    *split) == (
         "corpus.train_size=0.001: the train split of corpus 'tiny_shakespeare' has no tokens; raise corpus.train_size")
+
+
+def test_compiled_runs_one_after_another_in_a_process_all_train(tmp_path):
+    # each run's loss is the same code: without torch.compile's caches emptied per run, the ninth compiled run of
+    # a process (a sweep under Hydra's basic launcher) hit the recompilation limit (here lowered to 1: the second)
+    import torch._dynamo.config
+
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for run, model in (("first", "model.direct=true"), ("second", "model.direct=false")):  # two graphs, one code
+            metrics = train(compose_cfg(tmp_path / run, *TOY_FAST, model, "trainer.max_epochs=1",
+                                        "trainer.limit_train_batches=1", "compile=true", "compile_backend=eager"))
+            assert metrics["train/loss"] > 0
