@@ -71,3 +71,21 @@ def test_compiled_runs_one_after_another_in_a_process_all_train(tmp_path):
             metrics = train(compose_cfg(tmp_path / run, *TOY_FAST, model, "trainer.max_epochs=1",
                                         "trainer.limit_train_batches=1", "compile=true", "compile_backend=eager"))
             assert metrics["train/loss"] > 0
+
+
+@pytest.mark.parametrize("precision", ["16-true", "64-true"])
+def test_a_weight_average_trains_with_weights_of_another_precision(run_train, precision):
+    # the float32 average and the 16-true/64-true weights: torch's lerp of mixed dtypes raised at the second step
+    metrics = run_train(*TOY_FAST, "trainer.max_epochs=1", "trainer.limit_train_batches=3", "steps_per_execution=1",
+                        f"trainer.precision={precision}", "optimizer.eps=1e-4", "callbacks.ema_decay=0.5")
+    assert metrics["val/ppl"] < 100
+
+
+def test_adam_with_float16_weights_and_a_small_eps_is_refused_before_the_data(tmp_path, monkeypatch):
+    # (it trained to NaN at the first steps, reported as a divergence: "lower optimizer.lr")
+    from nplm.data.datamodule import LMDataModule
+
+    monkeypatch.setattr(LMDataModule, "setup", lambda *_: pytest.fail("the corpus was read"))
+    assert refused(tmp_path, "trainer.precision=16-true") == (
+        "optimizer.eps=1e-08: too small for Adam's float16 state with trainer.precision=16-true (squared gradients "
+        "underflow to 0, and the steps to NaN); set optimizer.eps=0.0001 or more, or trainer.precision=bf16-true")

@@ -332,10 +332,25 @@ def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
             "update; set optimizer.fused=false, or trainer.precision=bf16-mixed")
 
 
+HALF_ADAM_EPS = 1e-4  # the smallest Adam eps measured to train in float16 weights and state (toy, lr 0.01: 1e-7 diverges)
+
+
+def _half_weights_need_a_larger_adam_eps(cfg: dict) -> str | None:
+    """trainer.precision=16-true keeps Adam's state in float16, where the squared gradients of most rows underflow
+    to 0: with a small eps, their steps m / (sqrt(v) + eps) are 0/0 or huge, and the first steps give NaN."""
+    eps = cfg["optimizer"].get("eps")
+    if str(cfg["trainer"].get("precision")) != "16-true" or eps is None or eps >= HALF_ADAM_EPS:
+        return None
+    return (f"optimizer.eps={show(eps)}: too small for Adam's float16 state with trainer.precision=16-true (squared "
+            f"gradients underflow to 0, and the steps to NaN); set optimizer.eps={HALF_ADAM_EPS:g} or more, or "
+            "trainer.precision=bf16-true")
+
+
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
-               _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs)
+               _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
+               _half_weights_need_a_larger_adam_eps)
 
 
 def cpu_cores() -> int:
