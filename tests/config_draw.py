@@ -153,6 +153,7 @@ class Fixtures:
         try:
             import datasets
 
+            datasets.disable_progress_bars()
             rows = {"text": TOY_SENTENCES}
             datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation", "test")}
                                  ).save_to_disk(str(root / "hf"))
@@ -356,6 +357,13 @@ def summary(outcomes: list[Outcome]) -> str:
         if keys:
             lines.append(f"{kind} by key: " + ", ".join(
                 f"{key}{'' if before else ' (after reading the data)'} x{n}" for (key, before), n in keys.most_common()))
+    for name in ("corpus", "model", "head", "tree", "optimizer", "logger"):  # options drawn: trained / tried
+        tried = collections.Counter(o.split("=", 1)[1] for c in outcomes for o in c.overrides if o.startswith(f"{name}="))
+        trained = collections.Counter(o.split("=", 1)[1] for c in outcomes if c.kind == "trained"
+                                      for o in c.overrides if o.startswith(f"{name}="))
+        lines.append(f"{name}: " + ", ".join(f"{k} {trained[k]}/{n}" for k, n in sorted(tried.items())))
+    values = {o.lstrip("+") for c in outcomes for o in c.overrides}
+    lines.append(f"{len({v.split('=')[0] for v in values})} keys set, {len(values)} distinct key=value overrides")
     seen = collections.Counter(w for o in outcomes for w in o.warnings)
     lines += [f"warning x{n}: {w}" for w, n in seen.most_common()]
     for o in outcomes:

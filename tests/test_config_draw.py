@@ -89,3 +89,22 @@ def test_adam_with_float16_weights_and_a_small_eps_is_refused_before_the_data(tm
     assert refused(tmp_path, "trainer.precision=16-true") == (
         "optimizer.eps=1e-08: too small for Adam's float16 state with trainer.precision=16-true (squared gradients "
         "underflow to 0, and the steps to NaN); set optimizer.eps=0.0001 or more, or trainer.precision=bf16-true")
+
+
+def test_words_beyond_the_vocabulary_limits_without_unk_are_refused_naming_the_keys(tmp_path):
+    # (the message began "79 tokens fall below min_count=1 or max_vocab=2": no key as the user types it)
+    assert refused(tmp_path, "corpus.unk=null", "corpus.max_vocab=2") == (
+        "corpus.unk=null: 79 tokens fall below corpus.min_count=1 or corpus.max_vocab=2, and without an unknown-word "
+        "token they cannot be kept; set corpus.unk=<unk>, or lower corpus.min_count (raise corpus.max_vocab)")
+
+
+def test_a_learned_tree_whose_first_model_would_never_validate_is_refused_before_the_data(tmp_path, monkeypatch):
+    # (its first phase saved no checkpoint, and the run stopped on "checkpoint=.: is a folder")
+    from nplm.data.datamodule import LMDataModule
+
+    monkeypatch.setattr(LMDataModule, "setup", lambda *_: pytest.fail("the corpus was read"))
+    assert refused(tmp_path, "head=hierarchical", "tree=learned", "tree.bootstrap_epochs=1",
+                   "trainer.check_val_every_n_epoch=2") == (
+        "trainer.check_val_every_n_epoch=2: tree=learned's first model trains 1 epoch(s) and would never validate, "
+        "leaving no checkpoint to learn the tree from; set trainer.check_val_every_n_epoch=1 or less, or "
+        "tree.bootstrap_epochs=2")

@@ -332,6 +332,23 @@ def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
             "update; set optimizer.fused=false, or trainer.precision=bf16-mixed")
 
 
+def _learned_tree_needs_a_validated_first_model(cfg: dict) -> str | None:
+    """A tree learned from a first model (tree=learned) reads that model's checkpoint, saved when it validates:
+    `trainer.check_val_every_n_epoch` beyond the first phase's epochs would leave none."""
+    from nplm.trees import FROM_FIRST_MODEL, TREES
+
+    tree, trainer = cfg.get("tree") or {}, cfg["trainer"]
+    if not tree.get("name") or not TREES.trait(tree["name"], FROM_FIRST_MODEL) \
+            or not _head(cfg).uses_tree(cfg["head"]):
+        return None
+    every, epochs = trainer.get("check_val_every_n_epoch") or 1, tree.get("bootstrap_epochs") or trainer["max_epochs"]
+    if every <= epochs:
+        return None
+    return (f"trainer.check_val_every_n_epoch={every}: tree={tree['name']}'s first model trains {epochs} epoch(s) and "
+            f"would never validate, leaving no checkpoint to learn the tree from; set trainer.check_val_every_n_epoch="
+            f"{epochs} or less, or tree.bootstrap_epochs={every}")
+
+
 HALF_ADAM_EPS = 1e-4  # the smallest Adam eps measured to train in float16 weights and state (toy, lr 0.01: 1e-7 diverges)
 
 
@@ -350,7 +367,7 @@ def _half_weights_need_a_larger_adam_eps(cfg: dict) -> str | None:
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
                _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
-               _half_weights_need_a_larger_adam_eps)
+               _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model)
 
 
 def cpu_cores() -> int:
