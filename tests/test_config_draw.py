@@ -13,7 +13,7 @@ from conftest import TOY_FAST, compose_cfg
 from nplm.errors import UserError
 from nplm.training.train import train
 
-SEED, COUNT = 20261129, 20
+SEED, COUNT = 20261129, 12
 
 
 @pytest.fixture(scope="module")
