@@ -108,3 +108,9 @@ def test_a_learned_tree_whose_first_model_would_never_validate_is_refused_before
         "trainer.check_val_every_n_epoch=2: tree=learned's first model trains 1 epoch(s) and would never validate, "
         "leaving no checkpoint to learn the tree from; set trainer.check_val_every_n_epoch=1 or less, or "
         "tree.bootstrap_epochs=2")
+
+
+def test_more_min_epochs_than_max_epochs_is_refused(tmp_path):
+    # (Lightning trained max_epochs and said nothing)
+    assert refused(tmp_path, "trainer.max_epochs=1", "+trainer.min_epochs=3") == (
+        "trainer.min_epochs=3: must be at most trainer.max_epochs=1 (Lightning stops there whatever min_epochs says)")

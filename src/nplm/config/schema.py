@@ -78,7 +78,8 @@ TRAINER = Group(options={"": {
     "limit_train_batches": BATCH_LIMIT, "limit_val_batches": BATCH_LIMIT, "limit_test_batches": BATCH_LIMIT,
     "max_time": MaxTime(nullable=True),
     "check_val_every_n_epoch": Int(1), "accumulate_grad_batches": Int(1), "use_distributed_sampler": Bool(),
-}})
+}}, checks=(Check("min_epochs", lambda t: None if (t.get("min_epochs") or 0) <= t.get("max_epochs", 1) else
+                  f"at most trainer.max_epochs={t['max_epochs']} (Lightning stops there whatever min_epochs says)"),))
 
 LOGGER = Group(options={"": {"csv": Bool(), "wandb": Section(nullable=True)}})  # wandb: WANDB below, or null
 # W&B's own rules (wandb 0.2x, wandb_settings.py): a project name of at most 128 characters without
