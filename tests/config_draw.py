@@ -188,8 +188,8 @@ def draw(rng: random.Random, fixtures: Fixtures) -> list[str]:
     registered = groups()
     out: list[str] = []
 
-    def pick(key: str, rule: R.Rule, force: bool = False) -> None:
-        if key in SKIP or not (force or key in ALWAYS or rng.random() < P_KEY):
+    def pick(key: str, rule: R.Rule) -> None:
+        if key in SKIP or not (key in ALWAYS or rng.random() < P_KEY):
             return
         values = VALUES.get(key) or candidates(rule)
         if key in RARE and rng.random() < P_RARE:
@@ -226,8 +226,7 @@ def draw(rng: random.Random, fixtures: Fixtures) -> list[str]:
             out.append(f"tree.path={fixtures.tree_file() if rng.random() < 0.8 else fixtures.root / 'nosuch.json'}")
         group("tree", tree)
     for name, schema in (("trainer", TRAINER), ("data", DATA), ("callbacks", CALLBACKS), ("progress", PROGRESS)):
-        group_keys = schema.keys_of("")
-        for key, rule in group_keys.items():
+        for key, rule in schema.keys_of("").items():
             pick(f"{name}.{key}", rule)
     if rng.random() < 0.1:
         out.append(f"logger={rng.choice(['csv', 'wandb'])}")
