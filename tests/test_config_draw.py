@@ -114,3 +114,18 @@ def test_more_min_epochs_than_max_epochs_is_refused(tmp_path):
     # (Lightning trained max_epochs and said nothing)
     assert refused(tmp_path, "trainer.max_epochs=1", "+trainer.min_epochs=3") == (
         "trainer.min_epochs=3: must be at most trainer.max_epochs=1 (Lightning stops there whatever min_epochs says)")
+
+
+def test_a_run_whose_test_perplexity_is_inf_is_not_finished(tmp_path):
+    # no validation ran (trainer.check_val_every_n_epoch=2) to catch lr=10: the run said "finished", test/ppl inf
+    import json
+
+    from nplm.training.module import Diverged
+
+    with pytest.raises(Diverged, match=r"^test perplexity became inf with the last weights, after optimizer step 1; "
+                                       r"lower optimizer.lr"):
+        train(compose_cfg(tmp_path, "corpus=toy", "model=lbl", "model.context_size=2", "model.embed_dim=2",
+                          "model.dropout=0.5", "head=importance_sampling", "head.num_samples=2", "optimizer.lr=10.0",
+                          "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.check_val_every_n_epoch=2",
+                          "corpus.order=sorted", "model.tie_embeddings=false"))
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "diverged"
