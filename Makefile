@@ -1,8 +1,9 @@
 # Two commands on a fresh clone (no network needed beyond the package registry for the first install):
 #   make train   - create .venv if missing, install, train the default experiment (quickstart)
 #   make test    - create .venv if missing, install, run the test suite (both cores, the 15 slowest listed)
-#   make test-fast - the same without the tests marked slow (under a minute)
+#   make test-fast - the same without the tests marked slow
 #   make coverage - the suite under coverage.py (subprocesses too): statement coverage of src/nplm
+#   make fuzz    - train 500 drawn configurations for a batch each (not part of make test; FUZZ_COUNT, FUZZ_SEED)
 #   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +14,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast coverage wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
+.PHONY: install train test test-fast coverage fuzz wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
 
 install: $(VENV)/.installed
 
@@ -47,6 +48,14 @@ coverage: install
 	$(BIN)/python -m coverage run -m pytest -q -n $(TEST_JOBS) --dist worksteal -p no:cacheprovider
 	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report --skip-covered --sort=cover
+
+# Configurations drawn from the schema and the registries (every group's options, keys at their rules' bounds),
+# each trained on toy for a batch: each must train or be refused in one line naming the key (tests/config_draw.py).
+# Prints how many were tried, trained and refused (by key), and every failure with the overrides to replay it.
+FUZZ_COUNT ?= 500
+FUZZ_SEED ?= 0
+fuzz: install
+	OMP_NUM_THREADS=1 WANDB_MODE=offline $(BIN)/python tests/config_draw.py --count $(FUZZ_COUNT) --seed $(FUZZ_SEED)
 
 # The installed package must find its configs and shipped data without this checkout: build the wheel,
 # install it into a fresh venv (torch first, versions from constraints.txt), then from an empty temporary folder

@@ -106,7 +106,8 @@ def test_toy_hsm_notebook_predicts_down_and_loudly(run_train, tmp_path):
 def test_tree_from_another_vocabulary_is_refused(run_train, tmp_path):
     other = Tree.from_nested(balanced_nested(list(range(42))), 42, fingerprint="0123456789abcdef")
     other.save(tmp_path / "tree.json")
-    with pytest.raises(UserError, match=r"tree was built for another vocabulary .* rebuild it from this corpus"):
+    with pytest.raises(UserError, match=rf"^tree.path={tmp_path}/tree.json: this .*tree was built for another "
+                                        r"vocabulary .* rebuild it from this corpus$"):  # names the key
         run_train("experiment=toy_hsm", "tree=file", f"tree.path={tmp_path / 'tree.json'}")
 
 

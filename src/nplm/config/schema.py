@@ -78,7 +78,8 @@ TRAINER = Group(options={"": {
     "limit_train_batches": BATCH_LIMIT, "limit_val_batches": BATCH_LIMIT, "limit_test_batches": BATCH_LIMIT,
     "max_time": MaxTime(nullable=True),
     "check_val_every_n_epoch": Int(1), "accumulate_grad_batches": Int(1), "use_distributed_sampler": Bool(),
-}})
+}}, checks=(Check("min_epochs", lambda t: None if (t.get("min_epochs") or 0) <= t.get("max_epochs", 1) else
+                  f"at most trainer.max_epochs={t['max_epochs']} (Lightning stops there whatever min_epochs says)"),))
 
 LOGGER = Group(options={"": {"csv": Bool(), "wandb": Section(nullable=True)}})  # wandb: WANDB below, or null
 # W&B's own rules (wandb 0.2x, wandb_settings.py): a project name of at most 128 characters without
@@ -332,10 +333,42 @@ def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
             "update; set optimizer.fused=false, or trainer.precision=bf16-mixed")
 
 
+def _learned_tree_needs_a_validated_first_model(cfg: dict) -> str | None:
+    """A tree learned from a first model (tree=learned) reads that model's checkpoint, saved when it validates:
+    `trainer.check_val_every_n_epoch` beyond the first phase's epochs would leave none."""
+    from nplm.trees import FROM_FIRST_MODEL, TREES
+
+    tree, trainer = cfg.get("tree") or {}, cfg["trainer"]
+    if not tree.get("name") or not TREES.trait(tree["name"], FROM_FIRST_MODEL) \
+            or not _head(cfg).uses_tree(cfg["head"]):
+        return None
+    every, epochs = trainer.get("check_val_every_n_epoch") or 1, tree.get("bootstrap_epochs") or trainer["max_epochs"]
+    if every <= epochs:
+        return None
+    return (f"trainer.check_val_every_n_epoch={every}: tree={tree['name']}'s first model trains {epochs} epoch(s) and "
+            f"would never validate, leaving no checkpoint to learn the tree from; set trainer.check_val_every_n_epoch="
+            f"{epochs} or less, or tree.bootstrap_epochs={every}")
+
+
+HALF_ADAM_EPS = 1e-4  # the smallest Adam eps measured to train in float16 weights and state (toy, lr 0.01: 1e-7 diverges)
+
+
+def _half_weights_need_a_larger_adam_eps(cfg: dict) -> str | None:
+    """trainer.precision=16-true keeps Adam's state in float16, where the squared gradients of most rows underflow
+    to 0: with a small eps, their steps m / (sqrt(v) + eps) are 0/0 or huge, and the first steps give NaN."""
+    eps = cfg["optimizer"].get("eps")
+    if str(cfg["trainer"].get("precision")) != "16-true" or eps is None or eps >= HALF_ADAM_EPS:
+        return None
+    return (f"optimizer.eps={show(eps)}: too small for Adam's float16 state with trainer.precision=16-true (squared "
+            f"gradients underflow to 0, and the steps to NaN); set optimizer.eps={HALF_ADAM_EPS:g} or more, or "
+            "trainer.precision=bf16-true")
+
+
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
-               _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs)
+               _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
+               _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model)
 
 
 def cpu_cores() -> int:

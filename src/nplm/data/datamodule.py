@@ -103,6 +103,8 @@ class LMDataModule(pl.LightningDataModule):
         else:
             text = load_corpus(cfg, self.data_dir)
             self.files, contiguous = text.files, text.contiguous
+            if not text.train:  # (before the vocabulary, which would be empty: the key to change is the split's)
+                _require_tokens(cfg, "train", 0, 0, k)
             texts = {s: render(getattr(text, s), JOINERS[text.tokenizer]) for s in SPLITS}
             if cfg.get("tokenizer") is not None:  # a learned subword vocabulary: trained on the training text
                 start = time.perf_counter()
@@ -181,11 +183,17 @@ class LMDataModule(pl.LightningDataModule):
                                        ("valid", "limit_val_batches", self.eval_batch_size),
                                        ("test", "limit_test_batches", self.eval_batch_size)):
             limit = trainer_cfg.get(key)
-            if isinstance(limit, float) and split in self.windows and self.overfit_batches == 0:
+            if not isinstance(limit, float) or split not in self.windows:
+                continue
+            if self.overfit_batches > 0:  # every stage runs the first training batches (`_loader`)
+                batches, batch_size = self.train_batches(), self.batch_size
+                split = f"{split} split (data.overfit_batches={self.overfit_batches}: the first training batches)"
+            else:
                 batches = len(index_batches(self.source(split), batch_size, shuffle=split == "train"))
-                if int(limit * batches) == 0:
-                    raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} split ({batches} batches "
-                                    f"of {batch_size} {units}); use at least {1 / batches:.3g}, or a count like 1")
+                split = f"{split} split"
+            if int(limit * batches) == 0:
+                raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} ({batches} batches "
+                                f"of {batch_size} {units}); use at least {1 / batches:.3g}, or a count like 1")
 
     def _train_items(self) -> int:
         """Training windows (whole blocks with `block_size`) per epoch: all, or the first `overfit_batches`

@@ -79,10 +79,9 @@ class Vocabulary:
             kept = kept[: max_vocab - (1 if unk is not None else 0)]
         dropped = sum(counter.values()) - sum(c for _, c in kept)
         if unk is None and dropped:
-            raise UserError(
-                f"{dropped} tokens fall below min_count={min_count} or max_vocab={max_vocab} "
-                "but this corpus has no <unk> token; set corpus.unk=<unk> or lower the limits"
-            )
+            limits = f"corpus.min_count={min_count}" + (f" or corpus.max_vocab={max_vocab}" if max_vocab else "")
+            raise UserError(f"corpus.unk=null: {dropped} tokens fall below {limits}, and without an unknown-word "
+                            "token they cannot be kept; set corpus.unk=<unk>, or lower corpus.min_count (raise corpus.max_vocab)")
         if order == "sorted":
             kept.sort(key=lambda kv: kv[0])
         elif order != "frequency":

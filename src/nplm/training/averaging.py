@@ -67,7 +67,10 @@ def ema_callback(decay: float) -> pl.Callback:
 
         def _follow(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _n: torch.Tensor | None) -> None:
             """a + w (c - a) = (1 - w) a + w c for every pair: torch's EMA of a parameter list, whose one
-            `_foreach_lerp_` is a kernel or two for them all on a GPU (a `lerp_` each: ~30 launches)."""
+            `_foreach_lerp_` is a kernel or two for them all on a GPU (a `lerp_` each: ~30 launches). The average
+            keeps the dtype it was made in, float32, where `trainer.precision` (16-true, bf16-true, 64-true) gives
+            the trained weights another: they are converted (a half-precision average would not move by 1e-6)."""
+            current = [c if c.dtype == a.dtype else c.to(a.dtype) for a, c in zip(averaged, current)]
             get_ema_multi_avg_fn(1 - self._weight)(averaged, current, _n)
 
         def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,

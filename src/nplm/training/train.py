@@ -198,6 +198,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         if dm.has_split("test"):
             # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
+            if not math.isfinite(metrics["test/ppl"]):  # (the last weights, where no validation ran to catch it)
+                raise Diverged(f"test perplexity became {metrics['test/ppl']} with the {'best' if best_path else 'last'} "
+                               f"weights, after optimizer step {trainer.global_step}; {module.divergence_fix()}")
         validated = math.isfinite(module.best_val_ppl)  # not when max_steps ended the run before any validation
         metrics["val/ppl_best"] = module.best_val_ppl if validated else None  # null in metrics.json, not Infinity
         metrics.update(module.best_val_figures())

@@ -98,7 +98,7 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
         log.info("tree=%s: phases 1-2 done, tree read from %s", name, tree_path)
         return tree
     if not vectors_path.exists():
-        record = read_record(out_dir)
+        record, ckpt = read_record(out_dir), out_dir / "checkpoints" / "last.ckpt"
         if given:
             best = given
         elif record and record.get("status") == "finished":
@@ -110,10 +110,15 @@ def learned_tree(cfg: DictConfig, dm: LMDataModule, out_dir: Path, train_first: 
                 sub["trainer"]["max_epochs"] = int(cfg.tree.bootstrap_epochs)
             sub["paths"]["output_dir"] = str(out_dir)
             sub["logger"] = {"csv": False, "wandb": None}
-            ckpt = out_dir / "checkpoints" / "last.ckpt"
             log.info("tree=%s, phase 1: up to %d epochs with tree=%s in %s%s", name, sub["trainer"]["max_epochs"],
                      sub["tree"]["name"], out_dir, f" (resumed from {ckpt})" if ckpt.exists() else "")
             best = train_first(OmegaConf.create(sub), out_dir, ckpt if ckpt.exists() else None)["best_checkpoint"]
+        if not best:  # phase 1 never validated (stopped by trainer.max_steps or a time limit first): its last weights
+            if not ckpt.exists():
+                raise UserError(f"tree={name}: its first model (in {out_dir}) stopped before it validated and saved no "
+                                "checkpoint to learn the tree from; let it train an epoch (trainer.max_steps, "
+                                "trainer.max_time, tree.bootstrap_epochs)")
+            best = str(ckpt)
         first = load_model(best)
         if first.vocab.tokens != dm.vocab.tokens:
             raise UserError(f"tree.bootstrap_checkpoint={best}: that model was trained on another vocabulary "

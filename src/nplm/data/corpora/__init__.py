@@ -40,6 +40,13 @@ def _one_rest(c: dict) -> str | None:
     return None
 
 
+def _trains(c: dict) -> str | None:
+    """A training split of 0 tokens (or 0% of the text) trains nothing, whatever the corpus holds."""
+    if c.get("train_size", 1) == 0:
+        return "a token count >= 1 or a fraction in (0, 1] (0 leaves no training split)"
+    return None
+
+
 def _subword_size(c: dict) -> str | None:
     if c.get("tokenizer") is not None and c.get("vocab_size") is None:
         return f"a number of pieces with corpus.tokenizer={c['tokenizer']}, e.g. corpus.vocab_size=2000"
@@ -59,7 +66,7 @@ CORPORA = Registry("corpus", __name__, common={
     "tokenizer": Choice(options=SUBWORD_KINDS, nullable=True, doc="a learned subword vocabulary trained on the "
                         "training split (nplm.data.subwords; null: the corpus's own tokens)"),
     "vocab_size": Int(2, nullable=True, doc="pieces of the subword vocabulary (with corpus.tokenizer)"),
-}, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size)))
+}, checks=(Check("valid_size", _one_rest), Check("vocab_size", _subword_size), Check("train_size", _trains)))
 register_corpus = CORPORA.register
 # The vocabulary keys a learned subword vocabulary (corpus.tokenizer) makes meaningless: its pieces are
 # corpus.vocab_size, learned on the training split, in the tokenizer's order, with its own unknown token.

@@ -23,7 +23,10 @@ CUDAGRAPH_TREES = "reduce-overhead"  # the compile_mode that captures its own CU
 def compile_loss(loss: Callable, backend: str = "inductor", mode: str | None = None) -> Callable:
     """`loss(context, target) -> nll [N]` compiled whole (`fullgraph=True`); `backend`, `mode`: torch.compile's
     (config keys `compile_backend`, `compile_mode`; tests use "aot_eager": the same graph capture as inductor,
-    no code generation)."""
+    no code generation). torch.compile's caches are emptied first: the loss of every run is the same code, so in
+    one process (a sweep's jobs under Hydra's basic launcher, tests) each run would add a recompilation until
+    its limit (8) stops the ninth with a traceback."""
+    torch.compiler.reset()
     return torch.compile(loss, fullgraph=True, backend=backend, mode=mode)
 
 
