@@ -22,6 +22,7 @@ def fixtures(tmp_path_factory):
 
 
 @pytest.mark.parametrize("index", range(COUNT))
+@pytest.mark.slow  # trains (make test-fast stays fast)
 def test_a_drawn_configuration_trains_or_is_refused_in_one_line(fixtures, tmp_path, index):
     overrides = draw_nth(SEED, index, fixtures)
     outcome = try_config(overrides, tmp_path)
@@ -61,6 +62,7 @@ def test_a_training_split_that_rounds_to_no_tokens_is_refused_naming_its_key_not
         "corpus.train_size=0.001: the train split of corpus 'tiny_shakespeare' has no tokens; raise corpus.train_size")
 
 
+@pytest.mark.slow  # trains (make test-fast stays fast)
 def test_compiled_runs_one_after_another_in_a_process_all_train(tmp_path):
     # each run's loss is the same code: without torch.compile's caches emptied per run, the ninth compiled run of
     # a process (a sweep under Hydra's basic launcher) hit the recompilation limit (here lowered to 1: the second)
@@ -74,6 +76,7 @@ def test_compiled_runs_one_after_another_in_a_process_all_train(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["16-true", "64-true"])
+@pytest.mark.slow  # trains (make test-fast stays fast)
 def test_a_weight_average_trains_with_weights_of_another_precision(run_train, precision):
     # the float32 average and the 16-true/64-true weights: torch's lerp of mixed dtypes raised at the second step
     metrics = run_train(*TOY_FAST, "trainer.max_epochs=1", "trainer.limit_train_batches=3", "steps_per_execution=1",
@@ -116,6 +119,7 @@ def test_more_min_epochs_than_max_epochs_is_refused(tmp_path):
         "trainer.min_epochs=3: must be at most trainer.max_epochs=1 (Lightning stops there whatever min_epochs says)")
 
 
+@pytest.mark.slow  # trains (make test-fast stays fast)
 def test_a_run_whose_test_perplexity_is_inf_is_not_finished(tmp_path):
     # no validation ran (trainer.check_val_every_n_epoch=2) to catch lr=10: the run said "finished", test/ppl inf
     import json
