@@ -13,20 +13,19 @@ and the cut drops the padding's gradients. With `keep_padding=True` the output k
 it as it is: a feed-forward block pads its input once and cuts its output once.
 
 Only on CUDA (`PADDED_DEVICES`): on a CPU the copies cost more than MKL's unaligned kernels lose. Inside
-`unpadded()` it is F.linear itself: a step's FLOPs are counted there (`nplm.training.flops`), the model's
-arithmetic without the padding's, as MFU counts them.
+`nplm.fast.plain.model_arithmetic()` it is F.linear itself: a step's FLOPs are counted there
+(`nplm.training.flops`), the model's arithmetic without the padding's, as MFU counts them.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch.nn import functional as F
 
+from nplm.fast import plain
+
 MULTIPLE = 8  # bf16 elements in 16 bytes
 PADDED_DEVICES = {"cuda"}
-_unpadded = 0  # how many `unpadded()` blocks are open
 
 
 def _up(n: int) -> int:
@@ -40,19 +39,8 @@ def aligned(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def enabled(x: torch.Tensor) -> bool:
-    """Whether to pad x's products: on the PADDED_DEVICES, outside `unpadded()`."""
-    return not _unpadded and x.device.type in PADDED_DEVICES
-
-
-@contextmanager
-def unpadded():
-    """Inside: `linear` is F.linear on every device (a FLOP count of the model's own arithmetic)."""
-    global _unpadded
-    _unpadded += 1
-    try:
-        yield
-    finally:
-        _unpadded -= 1
+    """Whether to pad x's products: on the PADDED_DEVICES, outside `plain.model_arithmetic()`."""
+    return not plain.counting() and x.device.type in PADDED_DEVICES
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from nplm.fast import aligned
-
 _open = 0  # how many `model_arithmetic()` blocks are open
 
 
 @contextmanager
 def model_arithmetic():
-    """Inside: `counting()` is true and the aligned products are unpadded."""
+    """Inside: `counting()` is true (the aligned products are unpadded: `nplm.fast.aligned.enabled`)."""
     global _open
     _open += 1
     try:
-        with aligned.unpadded():
-            yield
+        yield
     finally:
         _open -= 1
 
