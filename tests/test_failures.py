@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import warm_python
 from conftest import CliResult, TOY_FAST, balanced_tree, compose_cfg, head_overrides, head_params, run_cli
 from nplm.cli import compare, evaluate, mix
 from nplm.cli.train import main as nplm_train
@@ -84,13 +85,14 @@ def nplm(cwd: Path, main, *args: str) -> CliResult:
     return run_cli(main, *args, cwd=cwd)
 
 
-def runner(cwd: Path, mode: str, name: str, n: int, mark: Path, *args: str) -> subprocess.Popen:
+def runner(cwd: Path, mode: str, name: str, n: int, mark: Path, *args: str):
+    """The runner in a process of its own, forked from the warm interpreter (`warm_python`)."""
     mark.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-c", RUNNER, mode, name, str(n), str(mark), *args], cwd=cwd, env=ENV,
+    return warm_python.popen([sys.executable, "-c", RUNNER, mode, name, str(n), str(mark), *args], cwd=cwd, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for(path: Path, proc, timeout: float = 300) -> None:
     end = time.time() + timeout
     while not path.exists():
         if proc.poll() is not None:

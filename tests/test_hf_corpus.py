@@ -14,6 +14,7 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
+import warm_python  # noqa: E402
 from conftest import compose_cfg  # noqa: E402
 from nplm.cli.evaluate import evaluate  # noqa: E402
 from nplm.errors import UserError  # noqa: E402
@@ -109,7 +110,7 @@ def test_without_the_datasets_package_corpus_hf_names_the_extra(saved, tmp_path,
 def test_an_unknown_name_offline_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     home = tmp_path / "hf_home"
     home.mkdir()
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", f"hydra.run.dir={tmp_path / 'run'}",
+    result = warm_python.run([sys.executable, "-m", "nplm.cli.train", f"hydra.run.dir={tmp_path / 'run'}",
                              "logger=none", "corpus=hf", "corpus.dataset=wikitext", *SMALL],
                             capture_output=True, text=True, cwd=tmp_path, timeout=300,
                             env={**os.environ, "HF_HOME": str(home), "HF_DATASETS_OFFLINE": "1",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import warm_python
 from conftest import make_fake_brown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,9 +83,10 @@ def test_learned_rows_wait_for_the_random_rows_model(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_driver_trains_its_rows_on_a_tiny_brown_and_resumes(tmp_path):
-    """The random-tree row first, then a multi-code learned tree from its model, and the LBL; results
-    carry the tree's kind and codes per word, epochs, best epoch and what stopped the run."""
+def test_the_driver_trains_its_rows_on_a_tiny_brown(tmp_path):
+    """The random-tree row first, then a multi-code learned tree from its model; results carry the tree's kind
+    and codes per word, epochs, best epoch and what stopped the run (going on with a row not converged:
+    tests/test_replication.py)."""
     nltk_data = make_fake_brown(tmp_path)
     readme = ROOT / "experiments" / "mnih2009" / "README.md"
     before = readme.read_text() if readme.exists() else None
@@ -98,12 +99,12 @@ def test_the_driver_trains_its_rows_on_a_tiny_brown_and_resumes(tmp_path):
                    "1", "--extra", extra, "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
         env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
                "NPLM_ALLOW_DIRTY": "1"}  # the tests run on uncommitted code too
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        done = warm_python.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}
 
-    got = call("hlbl-adaptive0.4-x2,lbl,hlbl-random", 2)
-    assert sorted(got) == ["hlbl-adaptive0.4-x2", "hlbl-random", "lbl"]
+    got = call("hlbl-adaptive0.4-x2,hlbl-random", 2)
+    assert sorted(got) == ["hlbl-adaptive0.4-x2", "hlbl-random"]
     assert got["hlbl-random"]["tree"]["kind"] == "random"
     tree = got["hlbl-adaptive0.4-x2"]["tree"]
     assert tree["kind"] == "learned" and tree["codes_per_word"] > 1
@@ -111,6 +112,4 @@ def test_the_driver_trains_its_rows_on_a_tiny_brown_and_resumes(tmp_path):
     for row in got.values():
         assert row["epochs"] == 2 and row["stopped_by"] == "epoch limit" and not row["converged"]
         assert row["test"] > 1 and row["train_us_per_example"] > 0
-    # not converged: the next call goes on from the row's last checkpoint
-    assert call("lbl", 3)["lbl"]["epochs"] == 3
     assert (readme.read_text() if readme.exists() else None) == before  # a smoke test's results stay out of it

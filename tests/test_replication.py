@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import experiment_driver, REPO, TOY_FAST, compose_cfg
+from types import SimpleNamespace
 
+import replication
+import warm_python
+from conftest import experiment_driver, REPO, TOY_FAST, compose_cfg
 from replication import run_summary, train_row, valid_test
 
 # Bengio et al. (2003), Table 1: (context words n-1, h, m, direct)
@@ -52,8 +55,18 @@ def test_the_wide_row_is_mlp9_widened_under_the_modern_recipe(tmp_path):
     assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adamw", 1e-5, 40)
 
 
+@pytest.fixture
+def warm_children(monkeypatch):
+    """`train_row`'s nplm-train children forked from the warm interpreter (`warm_python`) instead of started
+    afresh; that a driver's child dies with it (its `preexec_fn`) is tested with real processes below."""
+    def popen(argv, preexec_fn=None, **kwargs):
+        return warm_python.popen(argv, **kwargs)
+
+    monkeypatch.setattr(replication, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": popen}))
+
+
 @pytest.mark.slow
-def test_a_row_is_trained_once_and_summarised(tmp_path):
+def test_a_row_is_trained_once_and_summarised(tmp_path, warm_children):
     run_dir = tmp_path / "row"
     overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
     record = train_row("toy", overrides, run_dir, threads=1)
@@ -67,7 +80,7 @@ def test_a_row_is_trained_once_and_summarised(tmp_path):
 
 
 @pytest.mark.slow
-def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path):
+def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path, warm_children):
     run_dir = tmp_path / "row"
     overrides = [*TOY_FAST, "logger=none", f"paths.data_dir={tmp_path / 'data'}"]
     first = train_row("toy", overrides, run_dir, threads=1)
@@ -78,7 +91,7 @@ def test_rerun_trains_a_finished_row_on_to_a_raised_epoch_cap(tmp_path):
 
 
 @pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
-def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys):
+def test_a_failed_row_returns_none_and_keeps_its_error(tmp_path, capsys, warm_children):
     run_dir = tmp_path / "bad"
     assert train_row("bad", ["corpus=toy", "model.context_size=0", "logger=none"], run_dir, threads=1) is None
     assert "bad: exit 2" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import warm_python
 from conftest import run_cli
 from nplm.cli.compare import find_jobs, main as compare_main
 from nplm.cli.train import main as train_main
@@ -27,9 +28,9 @@ def nplm_train(cwd: Path, *args: str):
     return run_cli(train_main, *args, cwd=cwd)
 
 
-def killable(cwd: Path, *args: str) -> subprocess.Popen:
-    """nplm-train in a process of its own, to be killed."""
-    return subprocess.Popen([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV,
+def killable(cwd: Path, *args: str):
+    """nplm-train in a process of its own, to be killed (forked from the warm interpreter: `warm_python`)."""
+    return warm_python.popen([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

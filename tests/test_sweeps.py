@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import warm_python
 from conftest import CliResult, run_cli
 from nplm.cli.train import main as train_main
 
@@ -28,8 +29,9 @@ def nplm_train(cwd: Path, *args: str) -> CliResult:
 
 
 def nplm_train_process(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """nplm-train in a process of its own: where it starts processes of its own (DDP, the launchers)."""
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV, capture_output=True,
+    """nplm-train in a process of its own: where it starts processes of its own (DDP, the launchers), forked
+    from the warm interpreter (`warm_python`; the processes it starts are fresh interpreters)."""
+    result = warm_python.run([sys.executable, "-m", "nplm.cli.train", *args], cwd=cwd, env=ENV, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result

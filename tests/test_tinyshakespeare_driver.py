@@ -1,15 +1,15 @@
 """experiments/tinyshakespeare_char/run.py: its tables come from the result files alone, and the driver
-trains a row, scores it beside the Kneser-Ney 5-gram and resumes, on a small text."""
+trains a row and scores it beside the Kneser-Ney 5-gram, on a small text."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 from conftest import experiment_driver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,12 +100,12 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_driver_trains_scores_beside_kn5_and_resumes(tmp_path):
+def test_the_driver_trains_and_scores_beside_kn5(tmp_path):
     text = tmp_path / "input.txt"
     text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 60)
     readme_before = (EXPERIMENT / "README.md").read_text()
 
-    def call(epochs: int) -> dict:
+    def call(epochs: int) -> dict:  # (going on with a row not converged: tests/test_replication.py)
         extra = (f"corpus.path={text} paths.data_dir={tmp_path / 'data'} model.context_size=8 model.window=4 "
                  f"model.summaries=1 model.embed_dim=8 model.hidden_dim=16 model.num_layers=1 "
                  f"trainer.max_epochs={epochs} data.batch_size=64")
@@ -113,7 +113,7 @@ def test_the_driver_trains_scores_beside_kn5_and_resumes(tmp_path):
                    "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
         env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "NPLM_DATA_DIR": str(tmp_path / "data"),
                "NPLM_ALLOW_DIRTY": "1"}  # the tests run on uncommitted code too
-        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        done = warm_python.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return json.loads((tmp_path / "results" / "modern.json").read_text())
 
@@ -122,7 +122,6 @@ def test_the_driver_trains_scores_beside_kn5_and_resumes(tmp_path):
     assert 1 < got["kn5_valid"] < 65 and 1 < got["valid"] < 65 and 0 <= got["mix_weight"] <= 1
     assert abs(got["scored_valid"] - got["valid"]) < 1e-3 * got["valid"]  # nplm-mix scores what training validated
     assert got["context"] == 8 and got["parameters"] > 0 and len(got["history"]) == 2
-    assert call(3)["epochs"] == 3  # not converged: the next call goes on from the last checkpoint
     assert (EXPERIMENT / "README.md").read_text() == readme_before  # a smoke test's results stay out of it
 
 

@@ -52,6 +52,13 @@ run() {  # run PART LIMIT ARGS...: one script of a part, its log in $DEST/PART.t
   return $rc
 }
 
+PART_NAMES="step compile wt103 capture check profile profile_train"
+for part in ${PARTS//,/ }; do  # every part named is known before anything runs
+  case " $PART_NAMES " in
+    *" $part "*) ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are ${PART_NAMES// /, }"; exit 2 ;;
+  esac
+done
 [ -z "$DRY" ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
 "$PY" -c "import torch, pytorch_lightning as pl; print('torch', torch.__version__, 'pytorch_lightning', pl.__version__)"
 failed=0
@@ -70,8 +77,6 @@ for part in ${PARTS//,/ }; do
     check) run check 230 gpu_check.py --skip-tests --no-compile --steps 60 ;;
     profile) run profile 200 gpu_profile_train.py --shape wikitext103 --compile --groups 4 --watch 2 ;;
     profile_train) run profile_train 220 gpu_profile_train.py --batch 256 --compile --reference ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are step, compile, wt103, capture, check, profile, profile_train"
-       exit 2 ;;
   esac || failed=$((failed + 1))
 done
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s, $failed part(s) failed"
