@@ -177,10 +177,10 @@ def kill_after_epochs(proc, run: Path, n: int) -> None:
 def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_path):
     text = shakespeare_text(tmp_path)
     args = [*(a for a in SMALL if not a.startswith(("logger=", "trainer.max_epochs="))), "logger=wandb",
-            "trainer.max_epochs=6", f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
+            "trainer.max_epochs=3", f"corpus.path={text}", f"paths.data_dir={tmp_path}"]
     run, runs = tmp_path / "runs" / "r", tmp_path / "runs"
-    kill_after_epochs(killable(tmp_path, *args, f"hydra.run.dir={run}"), run, 2)
-    kill_after_epochs(killable(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r2'}"), run, 4)
+    kill_after_epochs(killable(tmp_path, *args, f"hydra.run.dir={run}"), run, 1)
+    kill_after_epochs(killable(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r2'}"), run, 2)
     last = nplm_train(tmp_path, *args, "resume=true", f"hydra.run.dir={runs / 'r3'}")
     assert last.code == 0, last.err[-3000:]
     assert sorted(p.name for p in runs.iterdir()) == ["r"]  # every invocation went on in the first folder
@@ -188,22 +188,22 @@ def test_kill_9_twice_and_resume_keeps_one_wandb_run_and_every_epoch_once(tmp_pa
     run_id = (run / "wandb_id.txt").read_text().strip()
     offline = sorted(p.name for p in (run / "wandb").glob("offline-run-*"))
     assert len(offline) == 3 and all(name.endswith("-" + run_id) for name in offline)
-    assert epochs(run / "metrics.csv", "val/ppl") == list(range(6))
-    assert epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(6))  # Lightning's log
-    assert epochs(run / "csv" / "metrics.csv", "train/epoch_time_s") == list(range(6))
+    assert epochs(run / "metrics.csv", "val/ppl") == list(range(3))
+    assert epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(3))  # Lightning's log
+    assert epochs(run / "csv" / "metrics.csv", "train/epoch_time_s") == list(range(3))
     assert json.loads((run / "metrics.json").read_text())["status"] == "finished"
 
     # Raising max_epochs is another run unless the user says so: in the run's own folder, refused
-    refused = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
+    refused = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=4", *args[-2:], "resume=true",
                          f"hydra.run.dir={run}")
     assert refused.code == 2 and refused.err.strip().splitlines()[-1] == (
-        f"nplm: error: resume: {run} was run with other overrides (trainer.max_epochs=6 -> 7); repeat its "
+        f"nplm: error: resume: {run} was run with other overrides (trainer.max_epochs=3 -> 4); repeat its "
         "overrides, or add resume_allow_changes=true to continue it with these")
-    assert json.loads((run / "metrics.json").read_text())["epochs"] == 6  # untouched
-    more = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=7", *args[-2:], "resume=true",
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 3  # untouched
+    more = nplm_train(tmp_path, *args[:-3], "trainer.max_epochs=4", *args[-2:], "resume=true",
                       "resume_allow_changes=true", f"hydra.run.dir={runs / 'r5'}")
     assert more.code == 0, more.err[-3000:]
-    assert epochs(run / "metrics.csv", "val/ppl") == epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(7))
+    assert epochs(run / "metrics.csv", "val/ppl") == epochs(run / "csv" / "metrics.csv", "val/ppl") == list(range(4))
     assert (run / "wandb_id.txt").read_text().strip() == run_id and len(list((run / "wandb").glob("offline-run-*"))) == 4
 
 
