@@ -42,7 +42,7 @@ def class_ngram(num_classes: int, dm, order: int = 3):
     smoothing of P(w | c) (0.5-8) and the pooling of rare words (`min_count` 0, 2 or 3) chosen on
     validation."""
     from nplm.inference.mixture import ngram_log_probs, perplexity
-    from nplm.ngram import ClassNgram
+    from nplm.ngram.class_based import ClassNgram
     from nplm.ngram.class_based import pool_rare_words
 
     train, V = dm.ids["train"], len(dm.vocab)

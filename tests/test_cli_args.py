@@ -165,8 +165,8 @@ def test_as_a_subprocess_one_line_and_exit_2(argv, message, files):
 
 
 def test_flags_are_checked_before_torch_is_imported():
-    """eval, generate, predict and compare parse their flags without loading torch or Lightning."""
-    code = ("import sys, nplm.cli.evaluate, nplm.cli.generate, nplm.cli.predict, nplm.cli.compare; "
+    """eval, generate, predict, mix and compare parse their flags without loading torch or Lightning."""
+    code = ("import sys, nplm.cli.evaluate, nplm.cli.generate, nplm.cli.predict, nplm.cli.mix, nplm.cli.compare; "
             "print(sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)

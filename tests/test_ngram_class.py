@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from nplm.errors import UserError
-from nplm.ngram import ClassNgram, KneserNey
+from nplm.ngram import KneserNey
+from nplm.ngram.class_based import ClassNgram
 
 V = 29
 UNK = V - 1  # never occurs in training

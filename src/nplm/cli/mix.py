@@ -13,11 +13,13 @@ import json
 
 from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
-from nplm.inference.mixture import EVAL_SPLITS, NGRAM_SPECS, mix, parse_ngram_spec
+from nplm.ngram.specs import NGRAM_SPECS, parse_ngram_spec
 
 
 def format_table(result: dict) -> str:
     """The perplexities of `mix` as a small plain-text table, one row per split."""
+    from nplm.inference.mixture import EVAL_SPLITS
+
     w = result["weights"]
     columns = [("neural", "neural"), ("ngram", result["ngram"])]
     if w["fixed"] is not None:
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="use the corpus's files as they are now, also where they differ from those the "
                              "checkpoint's run read (refused otherwise)")
     args = parser.parse_args(argv)
+    from nplm.inference.mixture import mix  # (torch and Lightning: after the flags are checked)
+
     result = mix(str(args.checkpoint), args.ngram, args.weight, str(args.data_dir), args.batch_size, args.changed_data)
     print(format_table(result))
     if args.json:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +41,8 @@ from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError, report_user_errors
 from nplm.training.module import LanguageModel
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, NgramLanguageModel, split_context
-from nplm.ngram.counts import MAX_ORDER
+from nplm.ngram.specs import parse_ngram_spec
 
-NGRAM_SPECS = ("interpolated-trigram", *(f"kn{n}" for n in range(1, MAX_ORDER + 1)),
-               *(f"kn{n}-backoff" for n in range(1, MAX_ORDER + 1)),
-               *(f"kn{n}-backoff-srilm" for n in range(1, MAX_ORDER + 1)))
 EVAL_SPLITS = ("valid", "test")
 
 
@@ -140,18 +136,6 @@ def perplexity(log_probs) -> float:
 
 
 # -- n-gram baselines --------------------------------------------------------------------------
-def parse_ngram_spec(spec: str) -> tuple[str, int, bool]:
-    """(kind, order, interpolate) of a spec, kind "interpolated-trigram", "kn" (every n-gram kept) or
-    "kn-srilm" (SRILM's default count cutoffs), or a `UserError` listing the valid ones."""
-    s = spec.strip().lower() if isinstance(spec, str) else spec
-    if s == "interpolated-trigram":
-        return "interpolated-trigram", 3, True
-    m = re.fullmatch(r"kn([1-9])(-backoff(-srilm)?)?", s) if isinstance(s, str) else None
-    if m is None or not 1 <= int(m.group(1)) <= MAX_ORDER:
-        raise UserError(f"n-gram spec {spec!r} is not one of: {', '.join(NGRAM_SPECS)}")
-    return "kn-srilm" if m.group(3) else "kn", int(m.group(1)), m.group(2) is None
-
-
 def build_ngram(spec: str, dm: LMDataModule) -> NgramLanguageModel:
     """The n-gram baseline named by `spec`, fitted on `dm`'s training ids with its vocabulary.
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from nplm.errors import UserError
 
@@ -41,7 +40,7 @@ def check_order(order, what: str = "order") -> int:
 
 def as_ids(ids, vocab_size: int, name: str = "ids") -> np.ndarray:
     """A 1-D int64 numpy copy-free view of `ids` (tensor, array or list), every id in [0, vocab_size)."""
-    if isinstance(ids, torch.Tensor):
+    if hasattr(ids, "detach"):  # a torch tensor (torch is not imported here: nplm-mix's flags are checked first)
         ids = ids.detach().cpu().numpy()
     arr = np.asarray(ids)
     if arr.ndim != 1:
