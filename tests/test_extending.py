@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import warm_python
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,7 +32,8 @@ def test_the_readme_shows_a_module_its_yaml_and_its_test():
 
 def package_copy(tmp_path: Path, files: dict[str, str], tests: tuple[str, ...] = ("conftest.py",)):
     """A copy of src/ with `files` ({path: text}) written into it and the repository's `tests` files beside
-    them, unchanged; returns the copy's root and the environment that imports nplm from it."""
+    them, unchanged; returns the copy's root and the environment that imports nplm from it (forked from the
+    warm interpreter, `warm_python`, which puts this PYTHONPATH on its `sys.path`)."""
     copy = tmp_path / "repo"
     shutil.copytree(REPO / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "tests").mkdir()
@@ -48,12 +51,12 @@ def package_copy(tmp_path: Path, files: dict[str, str], tests: tuple[str, ...] =
 @pytest.mark.slow
 def test_the_worked_example_trains_from_its_three_files_alone(tmp_path):
     copy, env = package_copy(tmp_path, readme_files())
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cbow.py"],
-                            env=env, cwd=copy, capture_output=True, text=True, timeout=600)
+    result = warm_python.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cbow.py"],
+                             env=env, cwd=copy, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
     # the new option is checked by the rule its field declares, in one line, before anything runs
-    bad = subprocess.run([sys.executable, "-m", "nplm.cli.train", "model=cbow", "model.embed_dim=0", "corpus=toy"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    bad = warm_python.run([sys.executable, "-m", "nplm.cli.train", "model=cbow", "model.embed_dim=0", "corpus=toy"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "nplm: error: model.embed_dim=0: must be an integer >= 1"
 
 
@@ -112,11 +115,11 @@ CONFORMANCE = {
 
 @pytest.mark.slow
 def test_a_new_head_is_put_through_the_conformance_tests_without_editing_them(tmp_path):
-    copy, env = package_copy(tmp_path, HEAD_FILES, ("conftest.py", *CONFORMANCE))
+    copy, env = package_copy(tmp_path, HEAD_FILES, ("conftest.py", "warm_python.py", *CONFORMANCE))
     names = " or ".join(test for tests in CONFORMANCE.values() for test in tests)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                             "-k", f"scaled_softmax and ({names})", *(f"tests/{name}" for name in CONFORMANCE)],
-                            env=env, cwd=copy, capture_output=True, text=True, timeout=600)
+    result = warm_python.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                              "-k", f"scaled_softmax and ({names})", *(f"tests/{name}" for name in CONFORMANCE)],
+                             env=env, cwd=copy, capture_output=True, text=True, timeout=600)
     log = result.stdout[-4000:] + result.stderr[-2000:]
     assert result.returncode == 0, log
     for name, tests in CONFORMANCE.items():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import warm_python
 from nplm.tracking.progress import _Pass, duration
 from nplm.training.flops import FlopReport
 from nplm.training.peak import Peak
@@ -27,10 +28,12 @@ TRAIN_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - epoch 0  batc
 TEST_LINE = re.compile(r"\]\[nplm\.tracking\.progress\]\[INFO\] - test  batch (\d+)/15  [\d,]+ tokens/s  ETA \d+s$")
 
 
-def piped_run(tmp_path: Path, name: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "nplm.cli.train", *TOY_PIPED, f"paths.data_dir={tmp_path}",
+def piped_run(tmp_path: Path, name: str, *args: str, fresh: bool = False) -> str:
+    """nplm-train's output through a pipe, forked from the warm interpreter (`warm_python`), or with `fresh` in a
+    fresh one: what its imports print, too."""
+    result = warm_python.run([sys.executable, "-m", "nplm.cli.train", *TOY_PIPED, f"paths.data_dir={tmp_path}",
                              f"hydra.run.dir={tmp_path / name}", *args], cwd=tmp_path, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, fresh=fresh)
     assert result.returncode == 0, result.stdout[-3000:]
     return result.stdout
 
@@ -51,7 +54,7 @@ def test_a_training_line_shows_the_model_flop_utilisation():
 @pytest.mark.slow
 def test_piped_run_prints_timed_plain_lines_and_no_third_party_noise(tmp_path):
     # every step is "due": the format of each line; a training step is 4 batches (max_steps=10 ends in the third)
-    out = piped_run(tmp_path, "a", "progress.interval=0.000001", "steps_per_execution=4")
+    out = piped_run(tmp_path, "a", "progress.interval=0.000001", "steps_per_execution=4", fresh=True)
     assert "\r" not in out
     train = [int(m.group(1)) for m in map(TRAIN_LINE.search, out.splitlines()) if m]
     test = [int(m.group(1)) for m in map(TEST_LINE.search, out.splitlines()) if m]

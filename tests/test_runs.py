@@ -166,8 +166,9 @@ def epochs(path: Path, column: str) -> list[int]:
 
 
 def kill_after_epochs(proc, run: Path, n: int) -> None:
+    """SIGKILL once the run's record has n epochs and a checkpoint (the first epoch's is written after its line)."""
     deadline = time.time() + 300
-    while len(history(run)) < n + 1 and time.time() < deadline:  # header + n epochs
+    while (len(history(run)) < n + 1 or not (run / "checkpoints" / "last.ckpt").exists()) and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -8,9 +8,10 @@ environment, working folder and standard streams given), exits as the interprete
 status, a traceback and status 1 for an uncaught exception) and is a real process: a SIGKILL kills it alone.
 
 `popen(args, ...)` and `run(args, ...)` take `subprocess.Popen`'s and `subprocess.run`'s arguments (`args`
-starting with `sys.executable`). A command whose environment changes what the imports see (another PYTHONPATH
-or OMP_NUM_THREADS), or whose point is what the imports print or load, starts a fresh interpreter instead
-(`subprocess`, or `fresh=True`)."""
+starting with `sys.executable`). The child's PYTHONPATH is put in the server's place on `sys.path` (the server
+never imports nplm, so a copy of the package on another PYTHONPATH is what the child imports). A command whose
+environment changes what the preloaded imports see (OMP_NUM_THREADS), or whose point is what the imports print
+or load, starts a fresh interpreter instead (`subprocess`, or `fresh=True`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import time
 import traceback
 
 PRELOADED = ("torch", "pytorch_lightning", "wandb", "hydra", "omegaconf")  # about 9 s a fresh interpreter
-SAME_FOR_IMPORTS = ("PYTHONPATH", "OMP_NUM_THREADS", "PYTHONHOME", "PYTHONSAFEPATH")  # else a fresh interpreter
+SAME_FOR_IMPORTS = ("OMP_NUM_THREADS", "PYTHONHOME", "PYTHONSAFEPATH")  # else a fresh interpreter
 MESSAGE = 1 << 20
 
 
@@ -74,6 +75,11 @@ def serve(path: str) -> dict:
                 conn.close()
 
 
+def _python_path(env) -> list[str]:
+    """The absolute folders of an environment's PYTHONPATH, as the interpreter puts them on `sys.path`."""
+    return [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _text_stream(fd: int, errors: str, unbuffered: bool, line_buffering: bool) -> io.TextIOWrapper:
     """The standard stream on `fd` as the interpreter opens it (PYTHONUNBUFFERED: written through)."""
     return io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), errors=errors,
@@ -90,8 +96,12 @@ def run_in_child(request: dict) -> None:
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
+    server_path = _python_path(os.environ)
     os.environ.clear()
     os.environ.update(request["env"])
+    child_path = _python_path(os.environ)
+    if child_path != server_path:  # (entry 0, the script's folder, is set below)
+        sys.path[1:] = [*child_path, *(p for p in sys.path[1:] if p not in server_path)]
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = sys.__stdout__ = _text_stream(1, "strict", unbuffered, line_buffering=os.isatty(1))
@@ -239,8 +249,11 @@ class WarmProcess:
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, signum)
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:  # ended since (as Popen)
+                pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -265,24 +278,30 @@ def popen(args, cwd=None, env=None, fresh: bool = False, **streams):
 
 def run(args, cwd=None, env=None, capture_output: bool = False, text: bool = False, timeout: float | None = None,
         fresh: bool = False, stdout=None, stderr=None) -> subprocess.CompletedProcess:
-    """`subprocess.run(args, ...)`, forked from the warm server where the imports allow. Captured output goes
-    through temporary files (no pipe to fill while the child waits)."""
+    """`subprocess.run(args, ...)`, forked from the warm server where the imports allow. Output asked for
+    (`capture_output`, `subprocess.PIPE`, `stderr=subprocess.STDOUT`) goes through temporary files: no pipe to fill
+    while the child waits."""
     if capture_output:
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = popen(args, cwd=cwd, env=env, fresh=fresh, stdout=out, stderr=err)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise
-            captured = []
-            for f in (out, err):
-                f.seek(0)
-                data = f.read()
-                captured.append(data.decode(errors="replace") if text else data)
-        return subprocess.CompletedProcess(args, code, *captured)
-    proc = popen(args, cwd=cwd, env=env, fresh=fresh, stdout=stdout, stderr=stderr)
-    return subprocess.CompletedProcess(args, proc.wait(timeout))
+        stdout = stderr = subprocess.PIPE
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        to_out = out if stdout == subprocess.PIPE else stdout
+        to_err = err if stderr == subprocess.PIPE else to_out if stderr == subprocess.STDOUT else stderr
+        proc = popen(args, cwd=cwd, env=env, fresh=fresh, stdout=to_out, stderr=to_err)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+        def read(f, wanted: bool):
+            if not wanted:
+                return None
+            f.seek(0)
+            data = f.read()
+            return data.decode(errors="replace") if text else data
+
+        return subprocess.CompletedProcess(args, code, read(out, stdout == subprocess.PIPE),
+                                           read(err, stderr == subprocess.PIPE))
 
 
 if __name__ == "__main__":
