@@ -146,10 +146,15 @@ class StateWatch:
 def test_the_state_is_reset_at_each_epoch_start_and_validation_leaves_it_alone(tmp_path):
     """Two epochs, a validation in the middle of each (trainer.val_check_interval=0.5), one batch per Lightning
     step: the first batch of each epoch starts from no state, every later one from the state the batch before
-    left, and each validation runs in its own slot, the training slot's state the same after it as before."""
+    left, and each validation runs in its own slot, the training slot's state the same after it as before.
+    nplm-eval of the best checkpoint gives the run's own test perplexity (the test split as one stream)."""
+    from nplm.cli.evaluate import evaluate
+
     watch = StateWatch()
-    train(compose_cfg(tmp_path, *TOY, "trainer.max_epochs=2", "trainer.val_check_interval=0.5",
-                      "steps_per_execution=1", "trainer.num_sanity_val_steps=0"), callbacks=[watch.callback])
+    metrics = train(compose_cfg(tmp_path, *TOY, "trainer.max_epochs=2", "trainer.val_check_interval=0.5",
+                                "steps_per_execution=1", "trainer.num_sanity_val_steps=0"), callbacks=[watch.callback])
+    again = evaluate(metrics["best_checkpoint"], split="test", data_dir=str(tmp_path / "data"))
+    assert again["ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-5) and again["tokens"] == 120
     firsts = [state for epoch, index, state in watch.batches if index == 0]
     assert len(firsts) == 2 and all(state is None for state in firsts)
     later = [state for epoch, index, state in watch.batches if index > 0]
@@ -184,6 +189,18 @@ def test_dropout_acts_on_the_non_recurrent_connections_only():
         model.train()
         model.reset_state()
         assert not torch.allclose(model.block_features(ids), evaluated)
+
+
+def test_the_flop_count_holds_the_lstm_layers():
+    """Per token and layer 2 (I + H) 4H multiply-adds forward, twice that backward (oneDNN's LSTM layers on a
+    CPU, which FlopCounterMode does not count itself), plus the softmax head's 2 H V, three times."""
+    from nplm.training.flops import count_step_flops
+
+    module = language_model({"name": "softmax"})
+    ids = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(4))
+    flops = count_step_flops(module.model, module.head, ids, ids[:, 1:], features=module.features)
+    tokens, H = 3 * 5, 16
+    assert flops == 3 * tokens * (2 * 2 * (H + H) * 4 * H + 2 * H * V)
 
 
 def test_paths_that_cannot_carry_the_state_say_why():
