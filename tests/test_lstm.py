@@ -14,6 +14,7 @@ from nplm.data.blocks import Blocks
 from nplm.data.streams import StreamBatches
 from nplm.data.vocabulary import Vocabulary
 from nplm.data.windows import Windows
+from nplm.inference.mixture import neural_log_probs
 from nplm.training.module import LanguageModel
 from nplm.training.train import train
 from nplm.trees.tree import Tree, balanced_nested
@@ -44,7 +45,8 @@ def periodic(length: int, period: int = 9, seed: int = 0) -> torch.Tensor:
                                   {"name": "adaptive", "cutoffs": [4], "div_value": 2.0}])
 def test_evaluation_with_the_state_carried_is_feeding_one_token_at_a_time(head):
     """nplm-eval's per-token NLL over a stream of 60 tokens, in blocks of 7 (the last one partial), equals the
-    same nn.LSTM stepped token by token from a zero state with the head's log-probabilities of each next id."""
+    same nn.LSTM stepped token by token from a zero state with the head's log-probabilities of each next id; so
+    do nplm-mix's per-token log-probabilities."""
     module = language_model(head).eval()
     ids = torch.randint(0, V, (60,), generator=torch.Generator().manual_seed(1))
     got = perplexity(module, Windows(ids, 1), block_size=7)
@@ -55,6 +57,8 @@ def test_evaluation_with_the_state_carried_is_feeding_one_token_at_a_time(head):
             nll -= module.head.log_probs(out[:, 0])[0, ids[t + 1]].item()  # [1, V]
     assert got["tokens"] == len(ids) - 1
     assert got["nll_per_token"] == pytest.approx(nll / (len(ids) - 1), abs=1e-5)
+    mixed = neural_log_probs(module, Windows(ids, 1))  # nplm-mix's per-token figures: blocks of 35 by default
+    assert mixed.shape == (len(ids) - 1,) and -mixed.mean() == pytest.approx(nll / (len(ids) - 1), abs=1e-5)
 
 
 def test_a_trained_model_scores_better_with_the_state_carried_than_reset_at_every_block():

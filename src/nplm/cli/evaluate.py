@@ -35,17 +35,13 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
     import torch
 
     from nplm.data.blocks import Blocks, index_batches
-    from nplm.models import data_layout
     from nplm.tracking.progress import duration
 
     nll_sum, tokens = 0.0, 0
     if module.model.carries_state:  # one stream, in order
-        run_block = (module.hparams.get("data") or {}).get("block_size")
-        _, block_size, _ = data_layout(module.hparams["model"], block_size or run_block)
-        batch_size = 1
-        module.eval()
-        module.model.reset_state("eval")
-    source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
+        source, batch_size = module.stream_blocks(windows.ids, block_size), 1
+    else:
+        source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
     batches = index_batches(source, batch_size, shuffle=False)
     start = last = time.monotonic()
     for i, idx in enumerate(batches, 1):

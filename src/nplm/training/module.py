@@ -8,9 +8,10 @@ import math
 import pytorch_lightning as pl
 import torch
 
+from nplm.data.blocks import Blocks
 from nplm.data.vocabulary import Vocabulary
 from nplm.heads import build_head, head_class
-from nplm.models import build_model
+from nplm.models import build_model, data_layout
 from nplm.optimizers import build_optimizer
 from nplm.training.capture import eager_optimizer_state
 from nplm.training.divergence import Diverged, DivergenceWatch, divergence_fix
@@ -100,6 +101,16 @@ class LanguageModel(pl.LightningModule):
 
     def nll(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.nll(*self.features(context, target))  # [N]
+
+    def stream_blocks(self, ids: torch.Tensor, block_size: int | None = None) -> Blocks:
+        """For a model that carries its state (`Model.carries_state`): the blocks of the stream `ids` [L] to score
+        in order, one per batch, the state carried (`block_size`, else the run's data.block_size, else the
+        model's default), with the evaluation state reset and the module in evaluation mode."""
+        run_block = (self.hparams.get("data") or {}).get("block_size")
+        _, block_size, _ = data_layout(self.hparams["model"], block_size or run_block)
+        self.eval()
+        self.model.reset_state("eval")
+        return Blocks(ids, self.model.context_size, block_size)
 
     # -- training --------------------------------------------------------------------------
     def compile_training_step(self, backend: str = "inductor", mode: str | None = None) -> None:
