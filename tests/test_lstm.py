@@ -229,7 +229,7 @@ def test_paths_that_cannot_carry_the_state_say_why():
                             "data.batch_size parallel streams, which several processes would split; use "
                             "trainer.devices=1"),
     (["optimizer=sgd", "optimizer.epoch_decay=0.5"],
-     "optimizer.epoch_decay=0.5: must be 1 when optimizer.lr_decay is set (two schedules; set one of them)"),
+     "optimizer.epoch_decay=0.5: must be 1 when optimizer.lr_decay > 0 (two schedules; set one of them)"),
     (["corpus=toy", "data.batch_size=128"],
      "data.batch_size=128: more parallel streams than the 3 blocks of data.block_size=35 tokens in the train split "
      "of corpus 'toy' (each stream needs one at least); use data.batch_size <= 3"),

@@ -42,12 +42,12 @@ def _cosine_alone(o: dict) -> str | None:
 
 
 def _epoch_decay_alone(o: dict) -> str | None:
-    others = [key for key, on in (("lr_decay", (o.get("lr_decay") or 0) > 0),
-                                  ("plateau_factor", (o.get("plateau_factor") or 1) < 1),
-                                  ("cosine", bool(o.get("cosine"))),
-                                  ("warmup_steps", (o.get("warmup_steps") or 0) > 0)) if on]
+    others = [setting for setting, on in (("lr_decay > 0", (o.get("lr_decay") or 0) > 0),
+                                          ("plateau_factor < 1", (o.get("plateau_factor") or 1) < 1),
+                                          ("cosine=true", bool(o.get("cosine"))),
+                                          ("warmup_steps > 0", (o.get("warmup_steps") or 0) > 0)) if on]
     if (o.get("epoch_decay") or 1) < 1 and others:
-        return f"1 when optimizer.{others[0]} is set (two schedules; set one of them)"
+        return f"1 when optimizer.{others[0]} (two schedules; set one of them)"
     return None
 
 
