@@ -2,8 +2,8 @@
 Regularization" (arXiv:1409.2329), as a feature extractor: L stacked LSTM layers over the word vectors,
 dropout on the non-recurrent connections only, its state carried from one block of text to the next.
 
-With x_t = E[w_t] (the [V, H] table) and h^0_t = D(x_t), layer l = 1..L at step t (torch.nn.LSTM's cell;
-the paper's equations of section 3.1):
+With x_t = E[w_t] (the [V, H] table) and h^0_t = x_t, layer l = 1..L at step t (torch.nn.LSTM's cell;
+the paper's sections 3.1 and 3.2, dropout D on the layer's input):
 
     i = sigmoid(W_i [D(h^{l-1}_t); h^l_{t-1}] + b_i)       # [B, H] input gate
     f = sigmoid(W_f [D(h^{l-1}_t); h^l_{t-1}] + b_f)       # [B, H] forget gate
