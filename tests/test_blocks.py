@@ -180,8 +180,12 @@ def test_a_model_without_blocks_is_refused_in_one_line_with_exit_2(tmp_path, cap
     from nplm.cli.train import command_line
     from nplm.training.train import train
 
-    message = "data.block_size=8: must be null for model=nplm, which predicts one window at a time; " \
-              "whole blocks need model=modern"
+    from nplm.models import MODELS
+
+    able = " or ".join(f"model={name}" for name, o in MODELS.options().items() if o.target.trains_on_blocks)
+    message = f"data.block_size=8: must be null for model=nplm, which predicts one window at a time; " \
+              f"whole blocks need {able}"
+    assert "model=modern" in able
     with pytest.raises(UserError, match="^" + message + "$"):
         train(compose_cfg(tmp_path, "corpus=toy", "model=nplm", "data.block_size=8"))
     assert not (tmp_path / "run").exists()

@@ -49,12 +49,28 @@ def _onednn_linear_flops(input_shape, weight_shape, *args, out_shape=None, **kwa
     return 2 * math.prod(input_shape[:-1]) * input_shape[-1] * weight_shape[0]
 
 
+def _lstm_layer_flops(input_shape, weight_ih_shape, weight_hh_shape, *args, out_shape=None, **kwargs) -> int:
+    """One LSTM layer on a CPU (oneDNN's `mkldnn_rnn_layer`, torch.nn.LSTM's CPU path), input [..., I] and
+    weights [4H, I], [4H, H]: each step's two matmuls, 2 (I + H) 4H per row (the gates' pointwise work
+    left out, as FlopCounterMode leaves it out elsewhere)."""
+    return 2 * math.prod(input_shape[:-1]) * (weight_ih_shape[1] + weight_hh_shape[1]) * weight_ih_shape[0]
+
+
+def _lstm_layer_backward_flops(*args, **kwargs) -> int:
+    """Its backward: the gradients of the inputs and of the weights, twice the forward's."""
+    return 2 * _lstm_layer_flops(*args, **kwargs)
+
+
 def extra_formulas() -> dict:
-    """FLOP formulas for the matmuls nplm's speed paths run outside aten's (which FlopCounterMode counts
-    itself): oneDNN's linear where `nplm.fast.cpu_gemm` uses it (its own capability check)."""
+    """FLOP formulas for the matmuls run outside the aten ops FlopCounterMode counts itself: oneDNN's linear
+    where `nplm.fast.cpu_gemm` uses it (its own capability check), and the LSTM layers of model=lstm on a CPU."""
     from nplm.fast.cpu_gemm import onednn_linear_works
 
-    return {torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops} if onednn_linear_works() else {}
+    formulas = {torch.ops.aten.mkldnn_rnn_layer: _lstm_layer_flops,
+                torch.ops.aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_flops}
+    if onednn_linear_works():
+        formulas[torch.ops.mkldnn._linear_pointwise] = _onednn_linear_flops
+    return formulas
 
 
 def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor,
