@@ -170,3 +170,22 @@ def test_the_flop_count_is_the_hand_counted_matmuls(first_layer):
         return model.block_features(c).flatten(0, 1), t.flatten()
 
     assert count_step_flops(model, head, block, targets, features=features) == 3 * forward
+
+
+def test_the_executed_count_adds_the_fused_backwards_recomputation():
+    """On a CPU the fused attention kernel runs (its own FLOP formula, `nplm.training.flops.extra_formulas`);
+    what it executes is the model's arithmetic and, in each layer's backward, Q K^T once more (2 B n^2 d)."""
+    if not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        pytest.skip("this torch has no fused CPU attention kernel")
+    B, T = 2, 5
+    model = build_model({**TINY, "tie_embeddings": False, "dropout": 0.0}, V)
+    head = build_head({"name": "softmax"}, 16, V)
+    block, targets = ids(B, T + K), ids(B, T, seed=2)
+
+    def features(c, t):
+        return model.block_features(c).flatten(0, 1), t.flatten()
+
+    counted = count_step_flops(model, head, block, targets, features=features)
+    executed = count_step_flops(model, head, block, targets, features=features, executed=True)
+    n = T + K - 1
+    assert executed == counted + TINY["num_layers"] * 2 * B * n * n * 16
