@@ -10,11 +10,13 @@ For a sequence of n tokens w_1..w_n (oldest first), E the [V, d] table and L lay
     P_{i, 2j} = sin(i / 10000^{2j/d}),  P_{i, 2j+1} = cos(i / 10000^{2j/d})    # Vaswani et al., section 3.5
     a_l = x_{l-1} + Dropout(MHA(LN(x_{l-1})))                                   # [B, n, d]
     x_l = a_l + Dropout(FF(LN(a_l))),   FF(y) = W_2 ReLU(W_1 y + b_1) + b_2      # hidden width `hidden_dim`
-    MHA(y) = [head_1; ...; head_h] W_O + b_O                                    # [B, n, d]
-    head_i = softmax(Q_i K_i^T / sqrt(d / h) + M) V_i,   Q_i, K_i, V_i = y W_i^{Q,K,V} + b  # [B, n, d / h]
+    MHA(y) = [head_1; ...; head_h] W_O                                          # [B, n, d]
+    head_i = softmax(Q_i K_i^T / sqrt(d / h) + M) V_i,   Q_i, K_i, V_i = y W_i^{Q,K,V}   # [B, n, d / h]
 
 and the features are LN(x_L) [B, n, d]: position i's predict w_{i+1}. M is 0 where query i may read key
-p and -inf elsewhere: causal, p <= i (through `torch.nn.functional.scaled_dot_product_attention`).
+p and -inf elsewhere: causal, p <= i (through `torch.nn.functional.scaled_dot_product_attention`). The
+projections have no biases, as in Vaswani et al.'s equations: a bias of K_i adds q . b to every score of a
+query and has no gradient but rounding noise, which Adam's normalised steps would turn into steps of lr.
 
 Positions are sinusoidal, not learned: a sequence's length here varies (a block's T + k - 1 tokens, the
 evaluation's shorter last block, `nplm-eval --block-size`, a window of k), and sinusoids are defined at
@@ -138,7 +140,6 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, reach: i
 def _init(*layers: nn.Linear) -> None:
     for layer in layers:  # GPT-2's and the paper's code's initialisation
         nn.init.normal_(layer.weight, std=0.02)
-        nn.init.zeros_(layer.bias)
 
 
 class DecoderLayer(nn.Module):
@@ -149,7 +150,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.heads, self.reach = heads, reach
         self.attention_norm, self.ff_norm = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)  # W^{Q,K,V} of every head; W_O
+        self.qkv = nn.Linear(d, 3 * d, bias=False)  # W^{Q,K,V} of every head
+        self.out = nn.Linear(d, d, bias=False)  # W_O
         _init(self.qkv, self.out)
         self.dropout = Dropout(dropout)
         self.ff = Block(d, hidden, d, dropout, layer_norm=False)  # residual + Dropout(FF(.))
@@ -157,10 +159,10 @@ class DecoderLayer(nn.Module):
     def attend(self, y: torch.Tensor) -> torch.Tensor:
         """MHA(y): `[B, n, d]` -> `[B, n, d]`."""
         B, n, d = y.shape
-        qkv = aligned.linear(y, self.qkv.weight, self.qkv.bias).unflatten(-1, (3, self.heads, d // self.heads))
+        qkv = aligned.linear(y, self.qkv.weight).unflatten(-1, (3, self.heads, d // self.heads))
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, h, n, d / h]
         heads = causal_attention(q, k, v, self.reach)  # [B, h, n, d / h]
-        return aligned.linear(heads.transpose(1, 2).reshape(B, n, d), self.out.weight, self.out.bias)  # [B, n, d]
+        return aligned.linear(heads.transpose(1, 2).reshape(B, n, d), self.out.weight)  # [B, n, d]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = x + self.dropout(self.attend(self.attention_norm(x)))  # [B, n, d]
