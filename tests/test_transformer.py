@@ -189,3 +189,23 @@ def test_the_executed_count_adds_the_fused_backwards_recomputation():
     executed = count_step_flops(model, head, block, targets, features=features, executed=True)
     n = T + K - 1
     assert executed == counted + TINY["num_layers"] * 2 * B * n * n * 16
+
+
+def test_the_wikitext103_recipes_differ_in_the_first_layer_alone():
+    """experiment=sun2021/transformer_n and transformer_c are experiment=sun2021/transformer (the paper's sizes)
+    with another first layer (Transformer-N's added to the 16 attention layers), nothing else."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from nplm.config import CONF_DIR
+
+    groups = ("corpus", "model", "head", "optimizer", "data", "trainer")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        n, c = ({g: OmegaConf.to_container(cfg[g], resolve=False) for g in groups}
+                for cfg in (compose(config_name="train", overrides=[f"experiment=sun2021/{name}"])
+                            for name in ("transformer_n", "transformer_c")))
+    model = c["model"]
+    assert (model["embed_dim"], model["num_layers"], model["num_heads"], model["hidden_dim"], model["first_layer"],
+            model["local_window"], n["data"]["block_size"]) == (410, 16, 10, 2100, "local", 5, 384)
+    assert n["model"] == {**model, "num_layers": 17, "first_layer": "nplm", "window": 5, "summaries": 1}
+    assert all(n[g] == c[g] for g in groups if g != "model")
