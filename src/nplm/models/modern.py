@@ -41,12 +41,12 @@ cutoffs 2e4, 4e4, 2e5 and full-width tails (div_val 1) tied to E.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from nplm.config.registry import option
+from nplm.config.registry import option, setting_of
 from nplm.config.rules import Bool, Check, Float, Int
 from nplm.fast.dropout import Dropout
 from nplm.models import Model, register_model
@@ -74,11 +74,7 @@ class ModernConfig:
                                         "(auto: where the head has one vector per word)")
 
 
-DEFAULTS = {f.name: f.default for f in fields(ModernConfig)}
-
-
-def _get(m: dict, key: str):
-    return m.get(key, DEFAULTS[key])
+_get = setting_of(ModernConfig)  # a key's value or its default
 
 
 def _window_fits(m: dict) -> str | None:

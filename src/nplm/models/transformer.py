@@ -55,13 +55,13 @@ word. The paper's WikiText-103 Transformer (conf/experiment/sun2021/transformer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from nplm.config.registry import option
+from nplm.config.registry import option, setting_of
 from nplm.config.rules import Check, Choice, Float, Int
 from nplm.fast import aligned, plain
 from nplm.fast.dropout import Dropout
@@ -96,11 +96,7 @@ class TransformerConfig:
                                         "(auto: where the head has one vector per word)")
 
 
-DEFAULTS = {f.name: f.default for f in fields(TransformerConfig)}
-
-
-def _get(m: dict, key: str):
-    return m.get(key, DEFAULTS[key])
+_get = setting_of(TransformerConfig)  # a key's value or its default
 
 
 def _heads_divide(m: dict) -> str | None:
