@@ -85,8 +85,8 @@ P_RARE = 0.05  # the chance that a key with rare values takes one
 VALID_SHARE = 0.85  # the share of draws redrawn (a few times) until the schema accepts them
 # Keys drawn every time (sizes: their defaults, e.g. the modern NPLM's 512-wide blocks, are slow for a batch).
 ALWAYS = {"model.context_size", "model.embed_dim", "model.hidden_dim", "model.window", "model.num_layers",
-          "model.num_heads", "model.first_hidden_dim", "head.num_samples", "head.node_dim", "head.node_hidden", "tree.num_classes",
-          "tree.iterations", "tree.dim", "tree.contexts", "tree.bootstrap_epochs", "corpus.train_size",
+          "model.num_heads", "model.first_hidden_dim", "head.num_samples", "head.node_dim", "head.node_hidden",
+          "tree.num_classes", "tree.iterations", "tree.dim", "tree.contexts", "tree.bootstrap_epochs", "corpus.train_size",
           "corpus.valid_size", "corpus.test_size"}
 # Keys left at their yaml value: where the runner puts files and data, and the fixed batch limits above.
 SKIP = {"paths.data_dir", "paths.output_dir", "trainer.max_epochs", "logger.csv", "logger.wandb", "tree.path",
