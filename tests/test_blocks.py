@@ -241,7 +241,7 @@ def test_the_memory_estimate_counts_a_batch_of_blocks():
 
 def test_sliding_summaries_are_the_cross_correlation_with_each_row_of_A():
     """s_j(t) = sum_p A[j, p] e[t + p] at every position t, values and gradients, against the sums written out."""
-    from nplm.models.modern import sliding_summaries
+    from nplm.models.concat import sliding_summaries
 
     torch.manual_seed(0)
     B, T, n, g, d = 2, 6, 4, 3, 5

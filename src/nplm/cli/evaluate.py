@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=arg.integer(1), default=1024,
                         help="windows (blocks with --block-size) per batch (default 1024)")
     parser.add_argument("--block-size", type=arg.integer(1), metavar="T",
-                        help="score batches of whole blocks of T tokens (models that train on blocks: modern)")
+                        help="score batches of whole blocks of T tokens (models that train on blocks: modern, transformer)")
     parser.add_argument("--changed-data", action="store_true",
                         help="evaluate the corpus's files as they are now, also where they differ from those the "
                              "checkpoint's run read (refused otherwise)")

@@ -46,8 +46,8 @@ class Model(nn.Module):
 
     def block_features(self, ids: torch.Tensor) -> torch.Tensor:
         """Ids of a block of T tokens after the k before it `[B, T + k]` -> features `[B, T, F]`, row t
-        the features of the window `ids[:, t : t + k]` (predicting `ids[:, t + k]`); only where
-        `trains_on_blocks`."""
+        the features of the window `ids[:, t : t + k]` (predicting `ids[:, t + k]`; a model that attends
+        over the whole block reads `ids[:, : t + k]`, at least the window); only where `trains_on_blocks`."""
         raise NotImplementedError(f"{type(self).__name__} has no block_features")
 
     def reset_state(self, slot: str | None = None) -> None:
