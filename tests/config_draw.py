@@ -46,7 +46,7 @@ CORPORA = {"toy": 12, "text_files": 2, "tiny_shakespeare": 1, "brown": 1, "brown
 VALUES = {
     "model.context_size": [1, 2, 3, 6], "model.embed_dim": [1, 2, 8, 16], "model.hidden_dim": [0, 1, 8, 16],
     "model.first_hidden_dim": [None, 1, 8], "model.num_layers": [1, 2, 3], "model.window": [1, 2, 3, 6],
-    "model.summaries": [0, 1, 2, 3], "model.dropout": [0.0, 0.5, 0.99],
+    "model.summaries": [0, 1, 2, 3], "model.dropout": [0.0, 0.5, 0.99], "model.num_heads": [1, 2],
     "head.node_dim": [1, 4, 16], "head.node_hidden": [1, 4, 16], "head.chunk_elements": [1, 7, 1048576],
     "head.num_samples": [1, 2, 25, 500], "head.proposal_power": [0.0, 0.75, 1.0, 30.0, 1000.0],
     "head.cutoffs": [None, [1], [2], [1, 2], [5, 20], [40], [60], [1000]], "head.num_classes": [None, 1, 2, 7, 1000],
@@ -85,8 +85,8 @@ P_RARE = 0.05  # the chance that a key with rare values takes one
 VALID_SHARE = 0.85  # the share of draws redrawn (a few times) until the schema accepts them
 # Keys drawn every time (sizes: their defaults, e.g. the modern NPLM's 512-wide blocks, are slow for a batch).
 ALWAYS = {"model.context_size", "model.embed_dim", "model.hidden_dim", "model.window", "model.num_layers",
-          "model.first_hidden_dim", "head.num_samples", "head.node_dim", "head.node_hidden", "tree.num_classes",
-          "tree.iterations", "tree.dim", "tree.contexts", "tree.bootstrap_epochs", "corpus.train_size",
+          "model.num_heads", "model.first_hidden_dim", "head.num_samples", "head.node_dim", "head.node_hidden",
+          "tree.num_classes", "tree.iterations", "tree.dim", "tree.contexts", "tree.bootstrap_epochs", "corpus.train_size",
           "corpus.valid_size", "corpus.test_size"}
 # Keys left at their yaml value: where the runner puts files and data, and the fixed batch limits above.
 SKIP = {"paths.data_dir", "paths.output_dir", "trainer.max_epochs", "logger.csv", "logger.wandb", "tree.path",

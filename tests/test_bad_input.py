@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from nplm.config.schema import cpu_cores
+from nplm.models import MODELS
 from nplm.errors import UserError
 
 from conftest import TOY_FAST, compose_cfg, error_lines, run_cli
@@ -262,9 +263,9 @@ def cli(tmp_path, *args: str):
     (["+corpus.anything=1"], "corpus.anything=1: unknown key of corpus=toy; valid keys: max_vocab, min_count, name, "
                              "order, tokenizer, unk, vocab_from, vocab_size"),
     # refused before Hydra starts: no config has the key or the option
-    (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: activation, context_matrices, "
-                             "context_size, direct, dropout, embed_dim, first_hidden_dim, hidden_dim, layer_norm, name, num_layers, "
-                             "residual, sparse_embeddings, summaries, tie_embeddings, window"),  # of any model
+    (["model.embedding=16"], "model.embedding=16: unknown key of model; valid keys: "
+                             + ", ".join(sorted({"name", *(k for o in MODELS.options().values() for k in o.keys)}))),
+    # (of any model: activation, context_matrices, context_size, direct, dropout, embed_dim, ...)
     (["corpus=wikipedia"], "corpus=wikipedia: no such option; valid: brown, brown_bengio2003, brown_gpt2, "
                            "brown_morin2005, hf, ptb, text_files, tiny_shakespeare, tiny_shakespeare_heldout, toy, "
                            "wikitext103, wikitext2"),

@@ -180,8 +180,12 @@ def test_a_model_without_blocks_is_refused_in_one_line_with_exit_2(tmp_path, cap
     from nplm.cli.train import command_line
     from nplm.training.train import train
 
-    message = "data.block_size=8: must be null for model=nplm, which predicts one window at a time; " \
-              "whole blocks need model=modern"
+    from nplm.models import MODELS
+
+    able = " or ".join(f"model={name}" for name, o in MODELS.options().items() if o.target.trains_on_blocks)
+    message = f"data.block_size=8: must be null for model=nplm, which predicts one window at a time; " \
+              f"whole blocks need {able}"
+    assert "model=modern" in able
     with pytest.raises(UserError, match="^" + message + "$"):
         train(compose_cfg(tmp_path, "corpus=toy", "model=nplm", "data.block_size=8"))
     assert not (tmp_path / "run").exists()
@@ -237,7 +241,7 @@ def test_the_memory_estimate_counts_a_batch_of_blocks():
 
 def test_sliding_summaries_are_the_cross_correlation_with_each_row_of_A():
     """s_j(t) = sum_p A[j, p] e[t + p] at every position t, values and gradients, against the sums written out."""
-    from nplm.models.modern import sliding_summaries
+    from nplm.models.concat import sliding_summaries
 
     torch.manual_seed(0)
     B, T, n, g, d = 2, 6, 4, 3, 5

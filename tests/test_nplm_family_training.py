@@ -29,6 +29,9 @@ SMALL = {
     "lbl": ["model.context_size=3", "model.embed_dim=16"],
     "modern": ["model.context_size=6", "model.window=3", "model.summaries=1", "model.embed_dim=16",
                "model.hidden_dim=32", "model.num_layers=2"],
+    "lstm": ["model.hidden_dim=16", "model.num_layers=1", "data.block_size=8", "data.batch_size=4"],  # 4 streams
+    "transformer": ["model.context_size=6", "model.embed_dim=16", "model.num_heads=2", "model.hidden_dim=32",
+                    "model.num_layers=2", "data.block_size=8"],
 }
 HLBL = ("hierarchical", {"node_form": "logistic"})
 

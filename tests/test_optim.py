@@ -189,6 +189,26 @@ def test_warmup_then_the_inverse_time_decay_or_a_constant_step():
         [0.01, 0.01, 0.01 / 1.5, 0.01 / 2])
 
 
+def test_epoch_decay_keeps_the_step_for_n_epochs_then_multiplies_it_every_epoch():
+    """Zaremba et al.'s schedule: lr for the first N = 4 epochs, then halved after every epoch (stepped at each
+    epoch's end, `step_epoch_schedules`), saved as plain data."""
+    import io
+
+    got = build_optimizer(nn.Linear(3, 2), {"name": "sgd", "lr": 1.0, "epoch_decay": 0.5, "epoch_decay_after": 4})
+    assert got["lr_scheduler"]["interval"] == "epoch"
+    schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
+    seen = []
+    for _ in range(7):
+        seen.append(opt.param_groups[0]["lr"])  # the epoch's step size
+        opt.step()
+        schedule.step()
+    assert seen == pytest.approx([1, 1, 1, 1, 0.5, 0.25, 0.125])
+    buffer = io.BytesIO()
+    torch.save(schedule.state_dict(), buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True)["lr_lambdas"][0] == {"factor": 0.5, "after": 4}
+
+
 def test_a_warmup_schedule_saves_as_plain_data():
     """LambdaLR keeps the schedule object's attributes in the checkpoint, read back with weights_only."""
     import io
@@ -212,6 +232,10 @@ def test_a_warmup_schedule_saves_as_plain_data():
     ({"cosine": True, "lr_decay": 1e-8}, "optimizer.cosine=true: must be false when optimizer.lr_decay > 0 or "
      "optimizer.plateau_factor < 1 (two schedules; set one of them)"),
     ({"cosine": "yes"}, "optimizer.cosine=yes: must be true or false"),
+    ({"epoch_decay": 0.5, "cosine": True}, "optimizer.epoch_decay=0.5: must be 1 when optimizer.cosine=true (two "
+     "schedules; set one of them)"),
+    ({"epoch_decay": 0.0}, "optimizer.epoch_decay=0.0: must be a number in (0, 1]"),
+    ({"epoch_decay_after": -1}, "optimizer.epoch_decay_after=-1: must be an integer >= 0"),
 ])
 def test_bad_schedule_settings_are_refused_in_one_line(options, message):
     with pytest.raises(UserError) as err:

@@ -28,15 +28,20 @@ if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a
 def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0,
                block_size: int | None = None) -> dict:
     """exp(sum of per-token NLL / tokens) over every window, in float64; with `block_size` T, the same
-    tokens in batches of `batch_size` blocks of T (`nplm.data.blocks`). A progress line goes to stderr
-    every `interval` seconds (stdout keeps only the result)."""
+    tokens in batches of `batch_size` blocks of T (`nplm.data.blocks`). A model that carries its state
+    (`Model.carries_state`) reads the whole stream in order, one block of T (`block_size`, else the run's
+    data.block_size, else the model's default) per batch, the state carried from the first token, as its
+    validation does. A progress line goes to stderr every `interval` seconds (stdout keeps only the result)."""
     import torch
 
     from nplm.data.blocks import Blocks, index_batches
     from nplm.tracking.progress import duration
 
     nll_sum, tokens = 0.0, 0
-    source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
+    if module.model.carries_state:  # one stream, in order
+        source, batch_size = module.stream_blocks(windows.ids, block_size), 1
+    else:
+        source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
     batches = index_batches(source, batch_size, shuffle=False)
     start = last = time.monotonic()
     for i, idx in enumerate(batches, 1):
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=arg.integer(1), default=1024,
                         help="windows (blocks with --block-size) per batch (default 1024)")
     parser.add_argument("--block-size", type=arg.integer(1), metavar="T",
-                        help="score batches of whole blocks of T tokens (models that train on blocks: modern)")
+                        help="score batches of whole blocks of T tokens (models that train on blocks: modern, transformer)")
     parser.add_argument("--changed-data", action="store_true",
                         help="evaluate the corpus's files as they are now, also where they differ from those the "
                              "checkpoint's run read (refused otherwise)")

@@ -66,7 +66,7 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
     for key, rule in TOP.items():
         lines.append(f"  {key:22s} {TOP_DOC.get(key, '')} [{rule.describe()}]")
     lines += ["  data.batch_size / data.eval_batch_size   windows (blocks) per training / evaluation batch",
-              "  data.block_size                          T: batches of whole blocks of T tokens (model=modern)",
+              "  data.block_size                          T: batches of whole blocks of T tokens (model=modern, transformer)",
               "  callbacks.early_stopping_patience        stop after this many epochs without a better val/ppl",
               "  callbacks.ema_decay                      e.g. 0.999: validate, checkpoint, test a moving average of the weights",
               "  paths.data_dir                           downloads ($NPLM_DATA_DIR, default ./data_cache)",

@@ -33,6 +33,13 @@ def option(default: Any, rule: Rule, doc: str = "") -> Any:
     return field(default=default, metadata={"rule": dataclasses.replace(rule, doc=doc or rule.doc)})
 
 
+def setting_of(cls: type) -> Callable[[dict, str], Any]:
+    """`get(values, key)`: a config group's value of `key`, or where `values` lacks it the default of the
+    dataclass `cls`'s field (for the checks across a model's keys)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    return lambda values, key: values.get(key, defaults[key])
+
+
 def dataclass_keys(cls: type) -> dict[str, Rule]:
     """The rules of a dataclass's `option` fields, by field name."""
     return {f.name: f.metadata["rule"] for f in dataclasses.fields(cls) if "rule" in f.metadata}

@@ -232,6 +232,20 @@ def _blocks_need_a_block_model(cfg: dict) -> str | None:
             f"whole blocks need model={' or model='.join(able)}")
 
 
+def _carried_state_needs_one_process(cfg: dict) -> str | None:
+    """A model that carries its state between blocks (`Model.carries_state`) trains on parallel streams in order
+    (`nplm.data.streams`): DDP's ranks, each taking every other batch, would break the streams."""
+    from nplm.models import MODELS, model_options
+
+    devices = cfg["trainer"].get("devices", 1)
+    count = len(devices) if isinstance(devices, (list, tuple)) else devices if isinstance(devices, int) else 1
+    name, _ = model_options(cfg["model"])
+    if count <= 1 or not MODELS.get(name).carries_state:
+        return None
+    return (f"trainer.devices={show(devices)}: model={name} carries its state from one batch to the next along "
+            "data.batch_size parallel streams, which several processes would split; use trainer.devices=1")
+
+
 def _head(cfg: dict):
     """The class of the head the config names (its registry is loaded by `groups()`)."""
     from nplm.heads import head_class
@@ -367,6 +381,7 @@ def _half_weights_need_a_larger_adam_eps(cfg: dict) -> str | None:
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
+               _carried_state_needs_one_process,
                _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
                _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model)
 

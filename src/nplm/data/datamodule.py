@@ -18,6 +18,7 @@ from nplm.config.rules import show
 from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
+from nplm.data.streams import StreamBatches
 from nplm.data.subwords import Subwords
 from nplm.data.subwords import lines as lines_of
 from nplm.data.text_units import TextUnits, text_units, units_of_ids
@@ -61,12 +62,15 @@ class LMDataModule(pl.LightningDataModule):
     The vocabulary is counted on `corpus_cfg.vocab_from` ("all" splits as in Bengio et al. 2003, or
     "train"), keeping words seen >= `min_count` times, at most `max_vocab`; others become `<unk>`.
     With `block_size` T (> 0) the loaders give batches of whole blocks instead (`nplm.data.blocks`):
-    `batch_size` and `eval_batch_size` then count blocks of T predicted tokens each.
+    `batch_size` and `eval_batch_size` then count blocks of T predicted tokens each. For a model that carries
+    its state between blocks (`carries_state`, `Model.carries_state`) training batches are block i of
+    `batch_size` parallel streams, in order (`nplm.data.streams`), and validation and test read each split as
+    one stream, one block per batch, in order (`eval_batch_size` is not used).
     """
 
     def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
                  seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None,
-                 overfit_batches: int = 0, block_size: int | None = None):
+                 overfit_batches: int = 0, block_size: int | None = None, carries_state: bool = False):
         super().__init__()  # the values were checked against nplm.config.schema
         self.corpus_cfg = dict(corpus_cfg)
         self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
@@ -76,6 +80,9 @@ class LMDataModule(pl.LightningDataModule):
         self.ids: dict[str, torch.Tensor] = {}
         self.windows: dict[str, Windows] = {}
         self.block_size = block_size or None  # T; None: window batches
+        self.carries_state = carries_state  # stream batches in order (a model that carries its state)
+        if carries_state:
+            self.eval_batch_size = 1  # each evaluation split as one stream
         self._on_device: dict[tuple, Windows | Blocks] = {}  # (split, device) -> the split's batches' source there
         self.stats: dict[str, SplitStats] = {}
         self.units: dict[str, TextUnits] = {}  # valid/test: the bytes and words their scored tokens cover
@@ -153,6 +160,11 @@ class LMDataModule(pl.LightningDataModule):
         if self.block_size and predicted < self.block_size:
             raise UserError(f"data.block_size={self.block_size}: longer than the {predicted} tokens the train split "
                             f"of corpus '{cfg['name']}' predicts; use data.block_size <= {predicted}")
+        whole = predicted // self.block_size if self.block_size else 0
+        if self.carries_state and whole < self.batch_size:
+            raise UserError(f"data.batch_size={self.batch_size}: more parallel streams than the {whole} blocks of "
+                            f"data.block_size={self.block_size} tokens in the train split of corpus '{cfg['name']}' "
+                            f"(each stream needs one at least); use data.batch_size <= {whole}")
 
     def _build_vocab(self, text: CorpusText) -> Vocabulary:
         cfg = self.corpus_cfg
@@ -189,7 +201,8 @@ class LMDataModule(pl.LightningDataModule):
                 batches, batch_size = self.train_batches(), self.batch_size
                 split = f"{split} split (data.overfit_batches={self.overfit_batches}: the first training batches)"
             else:
-                batches = len(index_batches(self.source(split), batch_size, shuffle=split == "train"))
+                batches = self.train_batches() if split == "train" else len(
+                    index_batches(self.source(split), batch_size, shuffle=False))
                 split = f"{split} split"
             if int(limit * batches) == 0:
                 raise UserError(f"trainer.{key}={limit}: leaves no batch of the {split} ({batches} batches "
@@ -202,7 +215,10 @@ class LMDataModule(pl.LightningDataModule):
         return min(n, self.overfit_batches * self.batch_size) if self.overfit_batches > 0 else n
 
     def train_batches(self) -> int:
-        """Batches in a training epoch (all of them; before trainer.limit_train_batches)."""
+        """Batches in a training epoch (all of them; before trainer.limit_train_batches): stream batches hold
+        only whole streams (`nplm.data.streams`)."""
+        if self.carries_state:
+            return self._train_items() // self.batch_size
         return -(-self._train_items() // self.batch_size)
 
     def blocks(self, split: str) -> Blocks:
@@ -239,7 +255,11 @@ class LMDataModule(pl.LightningDataModule):
         if (split, device) not in self._on_device:
             self._on_device[split, device] = dataset.to(device)
         dataset = self._on_device[split, device]
-        sampler = index_batches(dataset, batch_size, shuffle, self.seed, rank, world, epoch_fn, device)
+        if self.carries_state and (split == "train" or self.overfit_batches > 0):  # parallel streams, in order
+            sampler = StreamBatches(dataset.whole, batch_size, device)
+        else:
+            sampler = index_batches(dataset, batch_size, shuffle and not self.carries_state, self.seed, rank, world,
+                                    epoch_fn, device)
         if split == "train" and (self.train_group > 1 or self.train_limit is not None):
             sampler = GroupedBatches(sampler, self.train_group, self.train_limit)
         # batch_size=None: the sampler yields whole index batches, the dataset gathers them at once. A generator

@@ -49,9 +49,13 @@ EVAL_SPLITS = ("valid", "test")
 # -- per-token probabilities -------------------------------------------------------------------
 @torch.no_grad()
 def neural_log_probs(module: LanguageModel, windows: Windows, batch_size: int = 1024) -> np.ndarray:
-    """ln p(target | context) of every window, in order: `[L]` float64 nats (L = len(windows))."""
+    """ln p(target | context) of every window, in order: `[L]` float64 nats (L = len(windows)); for a model
+    that carries its state, of every token of the stream read in order, the state carried (its evaluation)."""
     module.eval()
     device = next(module.parameters()).device
+    if module.model.carries_state:
+        blocks = module.stream_blocks(windows.ids.to(device))
+        return torch.cat([-module.nll(*blocks[b]) for b in range(len(blocks))]).double().cpu().numpy()  # [L]
     out = np.empty(len(windows), dtype=np.float64)  # [L]
     for idx in BatchIndices(len(windows), batch_size, shuffle=False):
         context, target = windows[idx]  # [B, k], [B]

@@ -25,6 +25,15 @@ def model_options(cfg: dict) -> tuple[str, dict]:
     return options.pop("name", "nplm"), options
 
 
+def data_layout(cfg: dict, block_size: int | None) -> tuple[int, int | None, bool]:
+    """(context size k, block size T or None, whether the model carries its state) of the model `cfg` names
+    with `data.block_size` = `block_size`: k its `context_size` key (else its class's), T `block_size` (else,
+    for a model that carries its state, its class's `default_block_size`)."""
+    cls = MODELS.get(model_options(cfg)[0])
+    context_size = cfg["context_size"] if "context_size" in cfg else cls.context_size
+    return context_size, block_size or (cls.default_block_size if cls.carries_state else None), cls.carries_state
+
+
 def build_model(cfg: dict, vocab_size: int, head_can_tie: bool = False) -> Model:
     """The model `cfg["name"]` names, over a vocabulary of `vocab_size` words (the values were
     checked against the schema). `head_can_tie`: whether the head has one output vector per word, what
@@ -36,4 +45,4 @@ def build_model(cfg: dict, vocab_size: int, head_can_tie: bool = False) -> Model
     return cls(vocab_size, cls.config_class(**options))
 
 
-__all__ = ["MODELS", "Model", "build_model", "model_options", "register_model"]
+__all__ = ["MODELS", "Model", "build_model", "data_layout", "model_options", "register_model"]

@@ -35,6 +35,10 @@ class Model(nn.Module):
     context_size: int
     feature_dim: int
     trains_on_blocks: bool = False  # has `block_features` (data.block_size is refused for a model without)
+    # carries a state from one block to the next (`reset_state`): trained on consecutive blocks of parallel
+    # streams, in order (`nplm.data.streams`), and evaluated on each split as one stream
+    carries_state: bool = False
+    default_block_size: int | None = None  # T where data.block_size is null (a model that carries its state)
 
     def forward(self, context: torch.Tensor) -> torch.Tensor:
         """Context ids `[B, k]` -> features `[B, F]`."""
@@ -42,9 +46,12 @@ class Model(nn.Module):
 
     def block_features(self, ids: torch.Tensor) -> torch.Tensor:
         """Ids of a block of T tokens after the k before it `[B, T + k]` -> features `[B, T, F]`, row t
-        the features of the window `ids[:, t : t + k]` (predicting `ids[:, t + k]`); only where
-        `trains_on_blocks`."""
+        the features of the window `ids[:, t : t + k]` (predicting `ids[:, t + k]`; a model that attends
+        over the whole block reads `ids[:, : t + k]`, at least the window); only where `trains_on_blocks`."""
         raise NotImplementedError(f"{type(self).__name__} has no block_features")
+
+    def reset_state(self, slot: str | None = None) -> None:
+        """Forget the carried state of `slot` ("train" or "eval"; None: both); only where `carries_state`."""
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:
         """The context's input word vectors: ids `[B, k]` -> `[B, k, m]`."""

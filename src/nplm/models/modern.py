@@ -23,16 +23,9 @@ paper's section 3); `summaries=0` with `context_size=window` is a deep NPLM over
 
 Whole blocks (`data.block_size` = T, `block_features`): the ids of T consecutive targets and the k
 tokens before them `[B, T + k]` are looked up, scaled and dropped out once (e_1..e_{T+k}), and position
-t = 1..T reads the window e_{t+k-w}..e_{t+k-1} as w shifted views of them and the summaries
-
-    s_j(t) = sum_{p=1}^{k-w} A_{jp} e_{t+p-1},   t = 1..T                 # [B, T, g, d]
-
-a 1-D cross-correlation of each of the d channels of e_1..e_{T+k-w-1} with the kernel A_j, computed as
-one matrix product with A's banded Toeplitz matrices M_j[t, t + p - 1] = A_{jp} ([g T, T + k - w - 1] @
-[B, T + k - w - 1, d]), instead of T matmuls over k - w vectors each; the blocks then run on [B, T, ...]
-rows. (The band's zeros double the multiply-adds, but a dense GEMM runs near the card's peak: the same sums
-as a `conv1d` over the B d channels took 60% of an H200's training step at WikiText-103's shape,
-experiments/bench/README.md, on an H200.) In evaluation the features equal
+t = 1..T reads the window e_{t+k-w}..e_{t+k-1} and the summaries s_j(t) = sum_p A_{jp} e_{t+p-1}, all of
+them at once with A's banded Toeplitz matrices (`nplm.models.concat`, shared with model=transformer's
+first_layer=nplm); the blocks then run on [B, T, ...] rows. In evaluation the features equal
 window mode's (tests/test_blocks.py); in training each token's vector is dropped out once per block,
 the same way for every position that reads it (as in the paper's code), where window mode draws a
 mask per window.
@@ -48,17 +41,18 @@ cutoffs 2e4, 4e4, 2e5 and full-width tails (div_val 1) tied to E.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from nplm.config.registry import option
+from nplm.config.registry import option, setting_of
 from nplm.config.rules import Bool, Check, Float, Int
-from nplm.fast import aligned, plain
 from nplm.fast.dropout import Dropout
 from nplm.models import Model, register_model
 from nplm.models.base import TIE_EMBEDDINGS, lookup
+from nplm.models.concat import (Block, concatenation, sliding_parts, summaries_problem, summary_weights,
+                                window_parts, window_problem)
 
 
 @dataclass
@@ -80,64 +74,15 @@ class ModernConfig:
                                         "(auto: where the head has one vector per word)")
 
 
-DEFAULTS = {f.name: f.default for f in fields(ModernConfig)}
-
-
-def _get(m: dict, key: str):
-    return m.get(key, DEFAULTS[key])
+_get = setting_of(ModernConfig)  # a key's value or its default
 
 
 def _window_fits(m: dict) -> str | None:
-    if _get(m, "window") > _get(m, "context_size"):
-        return f"an integer <= model.context_size={_get(m, 'context_size')} (the window is the context's last tokens)"
-    return None
+    return window_problem(_get(m, "context_size"), _get(m, "window"))
 
 
 def _summaries_match(m: dict) -> str | None:
-    distant = _get(m, "context_size") - _get(m, "window")
-    if distant > 0 and _get(m, "summaries") == 0:
-        return (f"an integer >= 1 when model.context_size > model.window (the {distant} tokens before the window "
-                "are read only through the summaries); or set model.context_size equal to model.window")
-    if distant == 0 and _get(m, "summaries") > 0:
-        return "0 when model.context_size equals model.window (there is no distant context to summarise)"
-    return None
-
-
-def sliding_summaries(e: torch.Tensor, A: torch.Tensor, T: int) -> torch.Tensor:
-    """s_j(t) = sum_{p=1}^{n} A_{jp} e_{t+p-1} for t = 1..T: the distant summaries of every position of a
-    block, `e` [B, T + n - 1, d] (the block's distant vectors), `A` [g, n] -> [B, T, g, d], as one matmul with
-    A's banded Toeplitz matrices (module docstring: whole blocks)."""
-    g, n = A.shape
-    if plain.counting():  # the model's own arithmetic: each position's n vectors (nplm.fast.plain)
-        return torch.einsum("btdn,gn->btgd", e.unfold(1, n, 1), A)  # [B, T, d, n] x [g, n] -> [B, T, g, d]
-    L = e.shape[1]  # T + n - 1
-    # M_j[t, t + p - 1] = A_jp: A_j padded with zeros to L + 1, tiled T times and cut into rows of L, so that row
-    # t starts t places further back in the tiling (its wrapped part is the padding). Its backward sums the
-    # tiles; gathering A at a [T, L] index instead scattered T L entries back onto n of them, 12 ms of an
-    # H200's WikiText-103 step (experiments/bench/README.md, on an H200)
-    M = nn.functional.pad(A, (0, L + 1 - n)).repeat(1, T)[:, : T * L].view(g, T, L)  # [g, T, L]
-    s = torch.matmul(M.reshape(g * T, L), e)  # [B, g T, d]
-    return s.view(e.shape[0], g, T, -1).transpose(1, 2)  # [B, T, g, d]
-
-
-class Block(nn.Module):
-    """LN(residual + Dropout(W_2 ReLU(W_1 x + b_1) + b_2)): x [..., d_in] -> [..., d]."""
-
-    def __init__(self, d_in: int, hidden: int, d: int, dropout: float, layer_norm: bool):
-        super().__init__()
-        self.ff = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d))
-        self.dropout = Dropout(dropout)
-        self.norm = nn.LayerNorm(d) if layer_norm else nn.Identity()
-        for layer in (self.ff[0], self.ff[2]):  # the public code's initialisation
-            nn.init.normal_(layer.weight, std=0.02)
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
-        first, second = self.ff[0], self.ff[2]
-        # at widths the GPU's tensor cores take whole (nplm.fast.aligned): the hidden keeps its zero padding
-        hidden = torch.relu(aligned.linear(x, first.weight, first.bias, keep_padding=True))  # [..., hidden (+ pad)]
-        out = self.dropout(aligned.linear(hidden, second.weight, second.bias))  # [..., d]
-        return self.norm(out if residual is None else residual + out)
+    return summaries_problem(_get(m, "context_size"), _get(m, "window"), _get(m, "summaries"))
 
 
 @register_model("modern", keys=ModernConfig,
@@ -157,7 +102,7 @@ class ModernNPLM(Model):
         self.E = nn.Embedding(vocab_size, d)  # [V, d]
         nn.init.normal_(self.E.weight, std=0.02)  # the public code's --emb-std, times sqrt(d) on the way in
         self.scale = d ** 0.5
-        self.A = nn.Parameter(torch.full((g, k - w), 1.0 / max(k - w, 1))) if g else None  # [g, k - w]
+        self.A = summary_weights(k, w, g)  # [g, k - w]
         self.dropout = Dropout(cfg.dropout)  # nn.Dropout, its CPU mask a quarter of the random draws
         self.blocks = nn.ModuleList(
             [Block((w + g) * d, cfg.first_hidden_dim or cfg.hidden_dim, d, cfg.dropout, cfg.layer_norm)]
@@ -169,29 +114,20 @@ class ModernNPLM(Model):
 
     def features_from_embeddings(self, emb: torch.Tensor) -> torch.Tensor:
         """h_L `[B, d]` from the context's word vectors `[B, k, d]` (oldest first)."""
-        k, w = self.context_size, self.cfg.window
         e = self.dropout(emb * self.scale)  # [B, k, d]
-        # [g, k - w] @ [B, k - w, d] -> [B, g, d] the distant summaries
-        summaries = self.A @ e[:, : k - w] if self.A is not None else None
-        return self._stack(e[:, k - w:], summaries)  # the local window [B, w, d]
+        return self._stack(*window_parts(e, self.A, self.cfg.window))  # [B, w, d], [B, g, d]
 
     def block_features(self, ids: torch.Tensor) -> torch.Tensor:
         """Features `[B, T, d]` of every position of blocks `[B, T + k]` (module docstring: whole blocks)."""
-        k, w = self.context_size, self.cfg.window
-        T = ids.shape[1] - k
         e = self.dropout(self.embed(ids) * self.scale)  # [B, T + k, d], each vector dropped out once per block
-        window = e[:, k - w: -1].unfold(1, w, 1).transpose(2, 3)  # [B, T, w, d]: row t is e[t + k - w : t + k]
-        summaries = None
-        if self.A is not None:
-            summaries = sliding_summaries(e[:, : T + k - w - 1], self.A, T)  # [B, T, g, d]
-        return self._stack(window, summaries)
+        # position t reads e[t : t + k] (the last vector is a target only): [B, T, w, d], [B, T, g, d]
+        return self._stack(*sliding_parts(e[:, :-1], self.A, self.cfg.window))
 
     def _stack(self, window: torch.Tensor, summaries: torch.Tensor | None) -> torch.Tensor:
         """h_L `[..., d]` from the local window's vectors `[..., w, d]` and the summaries `[..., g, d]`
         (None where g = 0): the L blocks of the module docstring, on any leading dimensions."""
         residual = self.cfg.residual
-        x = window if summaries is None else torch.cat([window, summaries], dim=-2)  # [..., w + g, d]
-        h = self.blocks[0](x.flatten(-2), x.sum(-2) if residual else None)  # [..., d]
+        h = concatenation(self.blocks[0], window, summaries, residual)  # [..., d]
         memory = summaries.sum(-2) if summaries is not None else None  # [..., d]
         for block in self.blocks[1:]:
             h = block(h, h if residual else None)  # [..., d]

@@ -8,7 +8,9 @@ eps_t = eps_0 (1 + cos(pi t / T)) / 2 with T the run's updates (Loshchilov & Hut
 without restarts). `warmup_steps` W > 0 puts a linear warm-up first, eps_t = eps_0 (t + 1) / W for
 t < W, and starts the step-based schedule after it: the cosine then runs over the T - W updates left
 and the inverse-time decay counts t - W (Sun & Iyyer 2021 train their WikiText-103 NPLM with 4,000
-warm-up steps, then a cosine to 0 over 200,000). `weight_decay` here is torch's: a gradient term wd * theta,
+warm-up steps, then a cosine to 0 over 200,000). `epoch_decay` d < 1 with `epoch_decay_after` N: the first N
+epochs train at eps_0, every later one at d times the one before, eps_e = eps_0 d^max(0, e + 1 - N) for
+epochs e = 0, 1, ... (Zaremba et al. 2014: d = 1/2 after N = 4 epochs for their small LSTM). `weight_decay` here is torch's: a gradient term wd * theta,
 i.e. the penalty (wd / 2) ||theta||^2.
 
 Each optimizer is a function `make(param_groups, lr=..., fused=..., **its keys) -> torch.optim.Optimizer`
@@ -39,6 +41,16 @@ def _cosine_alone(o: dict) -> str | None:
     return None
 
 
+def _epoch_decay_alone(o: dict) -> str | None:
+    others = [setting for setting, on in (("lr_decay > 0", (o.get("lr_decay") or 0) > 0),
+                                          ("plateau_factor < 1", (o.get("plateau_factor") or 1) < 1),
+                                          ("cosine=true", bool(o.get("cosine"))),
+                                          ("warmup_steps > 0", (o.get("warmup_steps") or 0) > 0)) if on]
+    if (o.get("epoch_decay") or 1) < 1 and others:
+        return f"1 when optimizer.{others[0]} (two schedules; set one of them)"
+    return None
+
+
 def _warmup_alone(o: dict) -> str | None:
     if (o.get("warmup_steps") or 0) > 0 and (o.get("plateau_factor") or 1) < 1:
         return "0 when optimizer.plateau_factor < 1 (the plateau schedule works per epoch; warm-up per update)"
@@ -52,11 +64,15 @@ OPTIMIZERS = Registry("optimizer", __name__, common={
     "plateau_factor": Float(gt=0, le=1, doc="< 1: multiply the step by this after an epoch with no better val/ppl"),
     "cosine": Bool(doc="anneal the step from lr to 0 along a half cosine over the run's updates"),
     "warmup_steps": Int(0, doc="W: raise the step linearly from lr/W to lr over the first W updates"),
+    "epoch_decay": Float(gt=0, le=1, doc="< 1: multiply the step by this after every epoch past the first "
+                                           "epoch_decay_after ones (1: off)"),
+    "epoch_decay_after": Int(0, doc="N: the epochs trained at lr before epoch_decay starts"),
     "fused": Bool(doc="one fused update kernel (CPU and CUDA)"),
 }, checks=(Check("plateau_factor", _one_schedule), Check("cosine", _cosine_alone),
-                                 Check("warmup_steps", _warmup_alone)))
+                                 Check("warmup_steps", _warmup_alone), Check("epoch_decay", _epoch_decay_alone)))
 register_optimizer = OPTIMIZERS.register
-SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "cosine", "warmup_steps", "weight_decay")  # applied here, not by the optimizer's function
+SCHEDULE_KEYS = ("lr_decay", "plateau_factor", "cosine", "warmup_steps", "epoch_decay", "epoch_decay_after",
+                 "weight_decay")  # applied here, not by the optimizer's function
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -86,6 +102,17 @@ class CosineDecay:
         return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total_steps) / self.total_steps))
 
 
+class EpochDecay:
+    """eps_e / eps_0 = d^max(0, e + 1 - N) for epochs e = 0, 1, ...: N epochs at eps_0, then d times the last
+    step each epoch (a per-epoch LambdaLR, stepped at each epoch's end); plain data like InverseTimeDecay."""
+
+    def __init__(self, factor: float, after: int):
+        self.factor, self.after = float(factor), int(after)
+
+    def __call__(self, epoch: int) -> float:
+        return self.factor ** max(0, epoch + 1 - self.after)
+
+
 class WarmUp:
     """eps_t / eps_0 = (t + 1) / W for the first W updates, then the cosine over `cosine_steps` updates
     (when > 0) or the inverse-time decay at `rate`, counted from the warm-up's end. Plain numbers only:
@@ -110,11 +137,15 @@ def build_optimizer(module: nn.Module, cfg: dict, total_steps: int = 1):
     make = OPTIMIZERS.get(options.pop("name"))
     lr_decay, plateau = options.pop("lr_decay", 0.0), options.pop("plateau_factor", 1.0)
     cosine, warmup = options.pop("cosine", False), options.pop("warmup_steps", 0) or 0
+    epoch_decay, decay_after = options.pop("epoch_decay", 1.0), options.pop("epoch_decay_after", 0)
     opt = make(param_groups(module, options.pop("weight_decay", 0.0)), **options)
     if plateau < 1:
         # patience 0: the step shrinks after the first epoch that does not improve on the best
         schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=plateau, patience=0)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "monitor": "val/ppl", "interval": "epoch"}}
+    if epoch_decay < 1:
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, EpochDecay(epoch_decay, decay_after))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}
     if warmup > 0:
         factor = WarmUp(warmup, max(total_steps - warmup, 1) if cosine else 0, lr_decay)
     elif cosine:

@@ -45,6 +45,9 @@ def capture_blocker(module: nn.Module, optimizer: torch.optim.Optimizer, accumul
     step may call backward and the optimizer itself (`nplm.training.steps.direct_steps_possible`);
     `counted`: Lightning's optimizer-step counter was found (the step counts itself). A compiled step (compile=true,
     inductor's fused kernels) is captured as an eager one is: its first warm-up step compiles."""
+    if getattr(getattr(module, "model", None), "carries_state", False):
+        return (f"model={type(module.model).option_name} carries its state from one batch to the next (a graph "
+                "would need it in static buffers, copied in and out around each replay; not implemented)")
     if any(getattr(m, "sparse", False) is True for m in module.modules()):  # nn.Embedding's, the heads' `sparse`
         return "row-sparse gradients (model.sparse_embeddings=true or head.sparse=true: lazy updates of varying size)"
     if accumulate > 1:

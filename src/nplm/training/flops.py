@@ -49,12 +49,47 @@ def _onednn_linear_flops(input_shape, weight_shape, *args, out_shape=None, **kwa
     return 2 * math.prod(input_shape[:-1]) * input_shape[-1] * weight_shape[0]
 
 
+def _lstm_layer_flops(input_shape, weight_ih_shape, weight_hh_shape, *args, out_shape=None, **kwargs) -> int:
+    """One LSTM layer on a CPU (oneDNN's `mkldnn_rnn_layer`, torch.nn.LSTM's CPU path), input [..., I] and
+    weights [4H, I], [4H, H]: each step's two matmuls, 2 (I + H) 4H per row (the gates' pointwise work
+    left out, as FlopCounterMode leaves it out elsewhere)."""
+    return 2 * math.prod(input_shape[:-1]) * (weight_ih_shape[1] + weight_hh_shape[1]) * weight_ih_shape[0]
+
+
+def _lstm_layer_backward_flops(*args, **kwargs) -> int:
+    """Its backward: the gradients of the inputs and of the weights, twice the forward's."""
+    return 2 * _lstm_layer_flops(*args, **kwargs)
+
+
+def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """The CPU's fused attention (`scaled_dot_product_attention`), q [b, h, n, d_q], k [b, h, m, d_q], v [b, h,
+    m, d_v]: Q K^T and the weights times V, as FlopCounterMode counts the GPU's fused kernels."""
+    b, h, n, d_q = query_shape
+    return 2 * b * h * n * key_shape[-2] * (d_q + value_shape[-1])
+
+
+def _cpu_attention_backward_flops(grad_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                                  **kwargs) -> int:
+    """Its backward: Q K^T again, then the gradients of the weights, V, Q and K (as the GPU's are counted)."""
+    b, h, n, d_q = query_shape
+    return 2 * b * h * n * key_shape[-2] * (3 * d_q + 2 * value_shape[-1])
+
+
 def extra_formulas() -> dict:
-    """FLOP formulas for the matmuls nplm's speed paths run outside aten's (which FlopCounterMode counts
-    itself): oneDNN's linear where `nplm.fast.cpu_gemm` uses it (its own capability check)."""
+    """FLOP formulas for the matmuls run outside the aten ops FlopCounterMode counts itself: oneDNN's linear
+    where `nplm.fast.cpu_gemm` uses it (its own capability check), the LSTM layers of model=lstm on a CPU, and
+    the CPU's fused attention kernel where this torch has it (model=transformer)."""
     from nplm.fast.cpu_gemm import onednn_linear_works
 
-    return {torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops} if onednn_linear_works() else {}
+    formulas = {torch.ops.aten.mkldnn_rnn_layer: _lstm_layer_flops,
+                torch.ops.aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_flops}
+    if onednn_linear_works():
+        formulas[torch.ops.mkldnn._linear_pointwise] = _onednn_linear_flops
+    fused = "_scaled_dot_product_flash_attention_for_cpu"
+    if hasattr(torch.ops.aten, fused) and hasattr(torch.ops.aten, fused + "_backward"):
+        formulas[getattr(torch.ops.aten, fused)] = _cpu_attention_flops
+        formulas[getattr(torch.ops.aten, fused + "_backward")] = _cpu_attention_backward_flops
+    return formulas
 
 
 def count_step_flops(model: nn.Module, head: nn.Module, context: torch.Tensor, target: torch.Tensor,

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.overrides import TorchFunctionMode
 
 from nplm.errors import UserError
+from nplm.models import data_layout
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,10 @@ def estimate(cfg: DictConfig, vocab, tree=None) -> dict | None:
     per_word = sum(n for _, shape, n in named if vocab_size in shape)  # weights with a row per word
     weights = params * FLOAT_BYTES
     optimizer = _optimizer_state_bytes(module, plain["optimizer"], params)
-    block_size = cfg.data.get("block_size")
+    _, block_size, one_stream = data_layout(plain["model"], cfg.data.get("block_size"))
     train = _batch_bytes(module, int(cfg.data.batch_size), train=True, block_size=block_size) or 0
-    evaluation = _batch_bytes(module, int(cfg.data.eval_batch_size), train=False, block_size=block_size) or 0
+    eval_batch = 1 if one_stream else int(cfg.data.eval_batch_size)  # (evaluation in one stream: LMDataModule)
+    evaluation = _batch_bytes(module, eval_batch, train=False, block_size=block_size) or 0
     activations = max(train, evaluation)
     averaged = weights if (cfg.get("callbacks") or {}).get("ema_decay") else 0  # callbacks.ema_decay's copy
     return {"params": params, "weights": weights + averaged, "gradients": weights, "optimizer": optimizer,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytorch_lightning as pl
 import torch
 
+from nplm.data.blocks import Blocks
 from nplm.data.vocabulary import Vocabulary
 from nplm.heads import build_head, head_class
-from nplm.models import build_model
+from nplm.models import build_model, data_layout
 from nplm.optimizers import build_optimizer
 from nplm.training.capture import eager_optimizer_state
 from nplm.training.divergence import Diverged, DivergenceWatch, divergence_fix
@@ -26,6 +28,8 @@ from nplm.training.sync_debug import sync_debug_applies, sync_mode
 from nplm.training.text_metrics import TextFigures
 from nplm.training.throughput import EpochClock, speed_figures
 from nplm.trees.tree import Tree
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
@@ -98,10 +102,26 @@ class LanguageModel(pl.LightningModule):
     def nll(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.nll(*self.features(context, target))  # [N]
 
+    def stream_blocks(self, ids: torch.Tensor, block_size: int | None = None) -> Blocks:
+        """For a model that carries its state (`Model.carries_state`): the blocks of the stream `ids` [L] to score
+        in order, one per batch, the state carried (`block_size`, else the run's data.block_size, else the
+        model's default), with the evaluation state reset and the module in evaluation mode."""
+        run_block = (self.hparams.get("data") or {}).get("block_size")
+        _, block_size, _ = data_layout(self.hparams["model"], block_size or run_block)
+        self.eval()
+        self.model.reset_state("eval")
+        return Blocks(ids, self.model.context_size, block_size)
+
     # -- training --------------------------------------------------------------------------
     def compile_training_step(self, backend: str = "inductor", mode: str | None = None) -> None:
         """`compile=true`: the training loss through `torch.compile(fullgraph=True)` with torch.compile's
-        `backend` and `mode` (config keys `compile_backend`, `compile_mode`: `nplm.training.steps.compiled`)."""
+        `backend` and `mode` (config keys `compile_backend`, `compile_mode`: `nplm.training.steps.compiled`). Not
+        for a model that carries its state between batches (`Model.carries_state`: the state is written outside
+        the compiled graph): one log line says so, and the loss trains uncompiled, through autograd."""
+        if self.model.carries_state:
+            log.warning("compile=true: model=%s carries its state from one batch to the next, which a compiled step "
+                        "would not hand on; training without torch.compile", type(self.model).option_name)
+            return
         self._train_loss = compile_loss(self._train_loss, backend, mode)
         self._compiled = True
         self._cudagraph_trees = mode == CUDAGRAPH_TREES
@@ -133,6 +153,7 @@ class LanguageModel(pl.LightningModule):
         self._window = LossWindow(self.device)  # since the last log line (train/loss)
         self._watch = DivergenceWatch(self.device)
         self.stepper.new_epoch()
+        self.model.reset_state("train")  # (a model that carries its state: every epoch starts from zeros)
 
     def training_step(self, batches, batch_idx: int) -> dict:
         """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
@@ -235,6 +256,12 @@ class LanguageModel(pl.LightningModule):
         step_epoch_schedules(self.trainer, getattr(self, "_plateau_monitor", None))
 
     # -- evaluation ------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self.model.reset_state("eval")  # (its own slot: the training state stays as it was)
+
+    def on_test_epoch_start(self) -> None:
+        self.model.reset_state("eval")
+
     def validation_step(self, batch, batch_idx):
         self.val_ppl.update(self.nll(*batch))
 

@@ -24,6 +24,7 @@ from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
 from nplm.files import atomic_write, folder_problem
+from nplm.models import data_layout
 from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
@@ -147,9 +148,11 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     ranks), `callbacks` added to its Trainer: the steps, in order."""
     set_up_process(cfg)
     resumed = None if ckpt is None else check_resumable_settings(ckpt, container(cfg.model), container(cfg.head))
-    dm = LMDataModule(container(cfg.corpus), cfg.model.context_size, cfg.data.batch_size,
+    context_size, block_size, carries_state = data_layout(container(cfg.model), cfg.data.get("block_size"))
+    dm = LMDataModule(container(cfg.corpus), context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
-                      overfit_batches=cfg.data.get("overfit_batches", 0), block_size=cfg.data.get("block_size"))
+                      overfit_batches=cfg.data.get("overfit_batches", 0), block_size=block_size,
+                      carries_state=carries_state)
     dm.setup()
     check_same_data(out_dir, dm.files, resuming=ckpt is not None, sweep=is_multirun())
     dm.require_batches(cfg.trainer, processes)
