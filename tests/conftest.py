@@ -16,19 +16,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
-from hydra import compose, initialize_config_dir
 
 from nplm.config import CONF_DIR
-from nplm.training.train import train
 
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("WANDB_SILENT", "true")
-torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))  # the drivers' shared helpers (experiments/replication.py)
 SHARED_NLTK = REPO.parent / "shared" / "data" / "nltk_data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """Each test process computes on one thread (pytest-xdist's two workers share the two cores). Here, not at
+    import: the controller process loads this file too, and needs neither torch nor Lightning."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def train(cfg) -> dict:
+    """`nplm.training.train.train` (imported on first use: see `one_thread`)."""
+    from nplm.training.train import train as train_run
+
+    return train_run(cfg)
 
 
 def pytest_configure(config):
@@ -82,6 +94,8 @@ def compose_cfg(tmp_path: Path, *overrides: str):
 def _composed(overrides: tuple[str, ...]):
     """Hydra's composition of `overrides` (a quarter of a second each), once per test process: configs
     are not resolved when composed, so the run's folders are set on a copy (`compose_cfg`)."""
+    from hydra import compose, initialize_config_dir
+
     defaults = ["logger=none", "threads=1"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=defaults + list(overrides))
@@ -119,6 +133,7 @@ def run_cli(main, *argv, cwd: Path | None = None) -> CliResult:
     The process state a command sets (Hydra's global state and run config, the root logger's handlers and
     level, the working folder, torch's threads) is put back, so that the next command and the next test
     start as in a fresh process."""
+    import torch
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
