@@ -81,6 +81,35 @@ def experiment_driver(name: str):
     return module
 
 
+@pytest.fixture
+def warm_children(monkeypatch):
+    """The experiment drivers' nplm-train children (`replication.run_child`) forked from the warm interpreter
+    (`warm_python`) instead of started afresh; that a driver's child dies with it (its `preexec_fn`) is tested
+    with real processes in tests/test_replication.py."""
+    import subprocess
+    from types import SimpleNamespace
+
+    import replication
+    import warm_python
+
+    def popen(argv, preexec_fn=None, **kwargs):
+        return warm_python.popen(argv, **kwargs)
+
+    monkeypatch.setattr(replication, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": popen}))
+
+
+def run_driver(name: str, monkeypatch, *argv: str) -> str:
+    """experiments/<name>/run.py's main in this process (`argv` its command line; results written from this
+    uncommitted checkout too, NPLM_ALLOW_DIRTY=1): what it printed. Its trainings are children (`warm_children`)."""
+    monkeypatch.setenv("NPLM_ALLOW_DIRTY", "1")
+    monkeypatch.setattr(sys, "argv", [f"experiments/{name}/run.py", *argv])
+    module = experiment_driver(name)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        module.DRIVER.main(module.__doc__)
+    return out.getvalue()
+
+
 def compose_cfg(tmp_path: Path, *overrides: str):
     """The real `conf/train.yaml` with `overrides`, writing under `tmp_path/run`, no W&B by default."""
     cfg = copy.deepcopy(_composed(tuple(overrides)))  # train(cfg) may change its config: each test its own

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-import warm_python
-from conftest import make_fake_brown
+from conftest import make_fake_brown, run_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +80,7 @@ def test_learned_rows_wait_for_the_random_rows_model(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_driver_trains_its_rows_on_a_tiny_brown(tmp_path):
+def test_the_driver_trains_its_rows_on_a_tiny_brown(tmp_path, monkeypatch, warm_children):
     """The random-tree row first, then a multi-code learned tree from its model; results carry the tree's kind
     and codes per word, epochs, best epoch and what stopped the run (going on with a row not converged:
     tests/test_replication.py)."""
@@ -95,12 +92,8 @@ def test_the_driver_trains_its_rows_on_a_tiny_brown(tmp_path):
         extra = (f"corpus.nltk_data={nltk_data} corpus.download=false corpus.train_size=0.8 corpus.valid_size=0.1 "
                  f"paths.data_dir={tmp_path / 'data'} model.embed_dim=8 model.context_size=2 "
                  f"trainer.max_epochs={epochs} data.batch_size=32")
-        command = [sys.executable, str(ROOT / "experiments" / "mnih2009" / "run.py"), "--rows", rows, "--threads",
-                   "1", "--extra", extra, "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
-        env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
-               "NPLM_ALLOW_DIRTY": "1"}  # the tests run on uncommitted code too
-        done = warm_python.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        run_driver("mnih2009", monkeypatch, "--rows", rows, "--threads", "1", "--extra", extra, "--results",
+                   str(tmp_path / "results"), "--runs", str(tmp_path / "runs"))
         return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}
 
     got = call("hlbl-adaptive0.4-x2,hlbl-random", 2)

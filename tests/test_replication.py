@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from types import SimpleNamespace
 
-import replication
-import warm_python
 from conftest import experiment_driver, REPO, TOY_FAST, compose_cfg
 from replication import run_summary, train_row, valid_test
 
@@ -53,16 +50,6 @@ def test_the_wide_row_is_mlp9_widened_under_the_modern_recipe(tmp_path):
     m = cfg.model
     assert (m.context_size, m.hidden_dim, m.embed_dim, m.direct) == (4, 400, 100, False)
     assert (cfg.head.name, cfg.optimizer.name, cfg.optimizer.eps, cfg.trainer.max_epochs) == ("adaptive", "adamw", 1e-5, 40)
-
-
-@pytest.fixture
-def warm_children(monkeypatch):
-    """`train_row`'s nplm-train children forked from the warm interpreter (`warm_python`) instead of started
-    afresh; that a driver's child dies with it (its `preexec_fn`) is tested with real processes below."""
-    def popen(argv, preexec_fn=None, **kwargs):
-        return warm_python.popen(argv, **kwargs)
-
-    monkeypatch.setattr(replication, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": popen}))
 
 
 @pytest.mark.slow

@@ -22,9 +22,8 @@ from nplm.training.module import CHECKPOINT_KEY
 from nplm.training.train import train
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n  café naïve  \n"
-SMALL = ("model.context_size=12", "model.embed_dim=8", "data.batch_size=32",
-         "trainer.max_epochs=1", "trainer.limit_train_batches=2", "corpus.train_size=4000", "corpus.valid_size=1000",
-         "corpus.test_size=500")
+SMALL = ("data.batch_size=32", "trainer.max_epochs=1", "trainer.limit_train_batches=2", "corpus.train_size=4000",
+         "corpus.valid_size=1000", "corpus.test_size=500")
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
@@ -60,6 +59,17 @@ def test_an_unknown_kind_or_a_missing_size_is_refused_by_the_schema(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+MODEL_SMALL = ("model.context_size=12", "model.embed_dim=8", "model.hidden_dim=16")
+
+
+def small_model(model: str) -> list[str]:
+    """`MODEL_SMALL`'s overrides of the keys model `model` has (the LSTM reads one token: no context_size)."""
+    from dataclasses import fields
+
+    keys = {f.name for f in fields(MODELS.get(model).config_class)}
+    return [o for o in MODEL_SMALL if o.split("=")[0].removeprefix("model.") in keys]
+
+
 def _combinations():
     """Every model with the softmax head and every head with the nplm model (tree heads: a balanced tree)."""
     return sorted({(m, "softmax") for m in MODELS.names()} | {("nplm", h) for h in HEADS.names()})
@@ -70,7 +80,7 @@ def _combinations():
 def test_every_model_and_head_trains_on_byte_level_bpe(tmp_path, model, head):
     tree = ["tree=balanced"] if head in ("hierarchical",) else []
     metrics = train(compose_cfg(tmp_path, "corpus=tiny_shakespeare", "corpus.tokenizer=bpe", "corpus.vocab_size=300",
-                                f"model={model}", f"head={head}", *tree, *SMALL))
+                                f"model={model}", f"head={head}", *tree, *small_model(model), *SMALL))
     assert metrics["val/ppl"] < 300 * 10 and 0 < metrics["test/bpb"] < 8 * 3
 
 
@@ -78,7 +88,7 @@ def test_every_model_and_head_trains_on_byte_level_bpe(tmp_path, model, head):
 def bpe_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bpe_run")
     metrics = train(compose_cfg(tmp, "corpus=tiny_shakespeare", "corpus.tokenizer=bpe", "corpus.vocab_size=320",
-                                *SMALL))
+                                *small_model("nplm"), *SMALL))
     return metrics, tmp
 
 

@@ -4,13 +4,10 @@ trains a row and scores it beside the Kneser-Ney 5-gram, on a small text."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
-import warm_python
-from conftest import experiment_driver
+from conftest import experiment_driver, run_driver
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "tinyshakespeare_char"
@@ -100,7 +97,7 @@ def test_the_tables_and_the_target_come_from_the_result_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_driver_trains_and_scores_beside_kn5(tmp_path):
+def test_the_driver_trains_and_scores_beside_kn5(tmp_path, monkeypatch, warm_children):
     text = tmp_path / "input.txt"
     text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 60)
     readme_before = (EXPERIMENT / "README.md").read_text()
@@ -109,12 +106,9 @@ def test_the_driver_trains_and_scores_beside_kn5(tmp_path):
         extra = (f"corpus.path={text} paths.data_dir={tmp_path / 'data'} model.context_size=8 model.window=4 "
                  f"model.summaries=1 model.embed_dim=8 model.hidden_dim=16 model.num_layers=1 "
                  f"trainer.max_epochs={epochs} data.batch_size=64")
-        command = [sys.executable, str(EXPERIMENT / "run.py"), "--rows", "modern", "--threads", "1", "--extra", extra,
-                   "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
-        env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "NPLM_DATA_DIR": str(tmp_path / "data"),
-               "NPLM_ALLOW_DIRTY": "1"}  # the tests run on uncommitted code too
-        done = warm_python.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        monkeypatch.setenv("NPLM_DATA_DIR", str(tmp_path / "data"))
+        run_driver("tinyshakespeare_char", monkeypatch, "--rows", "modern", "--threads", "1", "--extra", extra,
+                   "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"))
         return json.loads((tmp_path / "results" / "modern.json").read_text())
 
     got = call(2)

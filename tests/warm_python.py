@@ -9,9 +9,9 @@ status, a traceback and status 1 for an uncaught exception) and is a real proces
 
 `popen(args, ...)` and `run(args, ...)` take `subprocess.Popen`'s and `subprocess.run`'s arguments (`args`
 starting with `sys.executable`). The child's PYTHONPATH is put in the server's place on `sys.path` (the server
-never imports nplm, so a copy of the package on another PYTHONPATH is what the child imports). A command whose
-environment changes what the preloaded imports see (OMP_NUM_THREADS), or whose point is what the imports print
-or load, starts a fresh interpreter instead (`subprocess`, or `fresh=True`)."""
+never imports nplm, so a copy of the package on another PYTHONPATH is what the child imports), and its torch
+threads are those OMP_NUM_THREADS gives a fresh one (all cores without it). A command whose point is what the
+imports print or load starts a fresh interpreter instead (`subprocess`, or `fresh=True`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import time
 import traceback
 
 PRELOADED = ("torch", "pytorch_lightning", "wandb", "hydra", "omegaconf")  # about 9 s a fresh interpreter
-SAME_FOR_IMPORTS = ("OMP_NUM_THREADS", "PYTHONHOME", "PYTHONSAFEPATH")  # else a fresh interpreter
+SAME_FOR_IMPORTS = ("PYTHONHOME", "PYTHONSAFEPATH")  # else a fresh interpreter
 MESSAGE = 1 << 20
 
 
