@@ -39,10 +39,10 @@ def history(run: Path) -> list[str]:
 
 
 def shakespeare_text(folder: Path) -> Path:
-    """The shipped Tiny Shakespeare's first 48,000 characters as a text file: epochs of about 1 s with SMALL,
+    """The shipped Tiny Shakespeare's first 24,000 characters as a text file: epochs of about 1 s with SMALL,
     so that a kill lands inside one even on an idle machine."""
     text = folder / "text.txt"
-    text.write_text((Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read_text()[:48_000])
+    text.write_text((Path(__file__).parents[1] / "src/nplm/data/shipped/tinyshakespeare/input.txt").read_text()[:24_000])
     return text
 
 

@@ -60,7 +60,7 @@ for part in ${PARTS//,/ }; do  # every part named is known before anything runs
   esac
 done
 [ -z "$DRY" ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
-"$PY" -c "import torch, pytorch_lightning as pl; print('torch', torch.__version__, 'pytorch_lightning', pl.__version__)"
+"$PY" -c "from importlib.metadata import version as v; print('torch', v('torch'), 'pytorch_lightning', v('pytorch-lightning'))"
 failed=0
 for part in ${PARTS//,/ }; do
   case $part in
