@@ -146,6 +146,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--no-first-run"]
 
 
+@pytest.mark.slow  # a browser: a process of its own
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)")
 def test_html_report_renders_in_headless_chromium(sweep, tmp_path):
     page = tmp_path / "report.html"

@@ -10,15 +10,27 @@ import os
 import subprocess
 import sys
 
+import importlib.util
+
 import pytest
 
-datasets = pytest.importorskip("datasets")
+import warm_python
+from conftest import compose_cfg
+from nplm.cli.evaluate import evaluate
+from nplm.errors import UserError
+from nplm.training.train import train
 
-import warm_python  # noqa: E402
-from conftest import compose_cfg  # noqa: E402
-from nplm.cli.evaluate import evaluate  # noqa: E402
-from nplm.errors import UserError  # noqa: E402
-from nplm.training.train import train  # noqa: E402
+# (imported by the tests that use it, not when the suite is collected: a second and a half)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
+                                reason="the datasets package is not installed (pip install -e '.[hf]')")
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    """The Hugging Face `datasets` package."""
+    import datasets
+
+    return datasets
 
 ROWS = {  # a row may hold several lines (each gets an <eos>); blank lines and an empty row give none
     "train": ["the cat sat on the mat", "the dog sat\non the log", "", "a cat saw a dog", "the dog ran"] * 4,
@@ -30,7 +42,7 @@ SMALL = ["model.context_size=2", "model.embed_dim=8", "model.hidden_dim=8", "dat
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
+def saved(tmp_path_factory, datasets):
     """A DatasetDict of three splits (a `text` and a `label` column) written with save_to_disk."""
     folder = tmp_path_factory.mktemp("hf") / "saved"
     datasets.DatasetDict({split: datasets.Dataset.from_dict({"text": rows, "label": list(range(len(rows)))})
@@ -58,7 +70,7 @@ def test_a_saved_dataset_trains_with_the_hand_counted_tokens(saved, tmp_path):
 
 
 @pytest.mark.slow  # over 2 s: trains, compiles or composes many configs (make test-fast stays fast)
-def test_a_local_folder_of_data_files_goes_through_load_dataset_offline(tmp_path, monkeypatch):
+def test_a_local_folder_of_data_files_goes_through_load_dataset_offline(tmp_path, monkeypatch, datasets):
     """Not a save_to_disk folder: `datasets.load_dataset` reads its parquet files (the cache in HF_HOME)."""
     folder = tmp_path / "files"
     for split, rows in ROWS.items():
