@@ -1,0 +1,123 @@
+"""The rows of experiments/successors (the NPLM beside the models that replaced it) and the README's tables at
+INTRO.md's marker, from the result files only: per corpus the modern NPLM, the LSTMs, the Transformer,
+Transformer-N and Transformer-C beside the Kneser-Ney 5-gram, whether Sun & Iyyer's ordering holds, and the
+output layers side by side on the LSTM and the Transformer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replication import finished, load_result, pct, provenance_footnote, row_marks
+
+BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
+# Brown: the modern NPLM's recipe (experiment=sun2021/brown: width 256, the tied adaptive softmax, AdamW, the
+# weights' moving average) and the same width, head, optimizer and average for the LSTM and the Transformers
+LSTM_256 = ["model=lstm", "model.hidden_dim=256", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw", "optimizer.lr=0.001", "optimizer.eps=1e-5", "optimizer.weight_decay=0.1",
+            "data.block_size=35", "data.batch_size=20", "trainer.max_epochs=40", "callbacks.ema_decay=0.9995"]
+TIED_ADAPTIVE = ["model.tie_embeddings=true", "head=adaptive", "head.cutoffs=null", "head.div_value=1.0"]
+# Tiny Shakespeare's characters: width 128 as experiment=sun2021/tinyshakespeare_char's NPLM, the softmax
+CHAR_LSTM = ["model=lstm", "model.hidden_dim=128", "model.num_layers=2", "model.dropout=0.2", "head=softmax",
+             "optimizer=adam", "optimizer.lr=0.001", "data.block_size=64", "data.batch_size=32",
+             "trainer.max_epochs=30", "callbacks.ema_decay=0.9995"]
+NOT_ADAPTIVE = ["~head.div_value"]  # the adaptive head's key the small Transformers' experiment files set
+CHAR_TRANSFORMER = [*SHAKESPEARE, "head=softmax", *NOT_ADAPTIVE, "model.embed_dim=128", "model.hidden_dim=512",
+                    "model.context_size=64", "data.block_size=128"]
+# name: (overrides, the table's words, its corpus); the neural rows train to early stopping but zaremba-small,
+# which trains its 13 epochs as the paper's schedule has it
+MODELS = {
+    "brown-modern": (["experiment=sun2021/brown"], "the modern NPLM (`experiment=sun2021/brown`)", "brown"),
+    "brown-lstm": ([*BROWN, *LSTM_256, *TIED_ADAPTIVE], "an LSTM, 2 layers of 256, tied adaptive softmax, AdamW",
+                   "brown"),
+    "brown-zaremba-small": (["experiment=zaremba2014/small", *BROWN],
+                            "Zaremba et al.'s small LSTM (`experiment=zaremba2014/small`, its 13 epochs)", "brown"),
+    "brown-transformer": (["experiment=sun2021/transformer_small"], "the Transformer (`sun2021/transformer_small`)",
+                          "brown"),
+    "brown-transformer-n": (["experiment=sun2021/transformer_n_small"], "Transformer-N (`sun2021/transformer_n_small`)",
+                            "brown"),
+    "brown-transformer-c": (["experiment=sun2021/transformer_c_small"], "Transformer-C (`sun2021/transformer_c_small`)",
+                            "brown"),
+    "ts-modern": (["experiment=sun2021/tinyshakespeare_char", *SHAKESPEARE],
+                  "the modern NPLM (`experiment=sun2021/tinyshakespeare_char`)", "shakespeare"),
+    "ts-lstm": ([*SHAKESPEARE, *CHAR_LSTM], "an LSTM, 2 layers of 128, softmax, Adam", "shakespeare"),
+    "ts-transformer": (["experiment=sun2021/transformer_small", *CHAR_TRANSFORMER], "the Transformer, width 128",
+                       "shakespeare"),
+    "ts-transformer-n": (["experiment=sun2021/transformer_n_small", *CHAR_TRANSFORMER, "model.window=16",
+                          "model.summaries=4"], "Transformer-N, width 128", "shakespeare"),
+    "ts-transformer-c": (["experiment=sun2021/transformer_c_small", *CHAR_TRANSFORMER], "Transformer-C, width 128",
+                         "shakespeare"),
+}
+KN5 = {"brown": ("brown-kn5", BROWN), "shakespeare": ("ts-kn5", SHAKESPEARE)}
+CORPORA = {"brown": "Brown (Bengio et al.'s split, |V| = 17,907; per word)",
+           "shakespeare": "Tiny Shakespeare's characters (the first 80% train, the next 10% valid, the last 10% "
+                          "test; per character)"}
+# the output layers on the recurrent and the attention rows of Brown: (row, head overrides)
+HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
+         "hierarchical": ["head=hierarchical", "tree=huffman", "model.tie_embeddings=false"],
+         "class_based": ["head=class_based", "model.tie_embeddings=false"],
+         "adaptive": [],
+         "importance_sampling": ["head=importance_sampling", "model.tie_embeddings=true"],
+         "nce": ["head=nce", "model.tie_embeddings=true"]}
+HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_256], "brown-transformer": ["experiment=sun2021/transformer_small",
+                                                                      *NOT_ADAPTIVE]}
+HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
+             for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
+
+
+def ordering(results: Path, corpus: str) -> str:
+    """Whether Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM, in test
+    perplexity) holds on `corpus`, and by how much; "not measured" until the three rows have finished."""
+    prefix = "brown" if corpus == "brown" else "ts"
+    got = {key: load_result(results, f"{prefix}-{key}") for key in ("transformer-n", "transformer", "modern")}
+    if not all(r and finished(r) for r in got.values()):
+        missing = ", ".join(f"{prefix}-{k}" for k, r in got.items() if not (r and finished(r)))
+        return f"- {CORPORA[corpus].split(' (')[0]}: not measured ({missing} not finished)"
+    n, t, m = (got[k]["test"] for k in ("transformer-n", "transformer", "modern"))
+    holds = n < t < m
+    return (f"- {CORPORA[corpus].split(' (')[0]}: {'holds' if holds else 'does not hold'}: Transformer-N {n:.2f}, "
+            f"the Transformer {t:.2f} ({pct(n, t)} for Transformer-N), the modern NPLM {m:.2f} ({pct(t, m)} for the "
+            "Transformer), test perplexity")
+
+
+def model_table(results: Path, corpus: str) -> list[str]:
+    kn5_name, _ = KN5[corpus]
+    kn5 = load_result(results, kn5_name)
+    lines = [f"{CORPORA[corpus]}: valid / test perplexity, test bits per byte, parameters, epochs trained / best "
+             "(* = not finished), what stopped it, seconds per epoch; empty = not run yet.", "",
+             "| model | parameters | valid / test | test bpb | vs KN5 (test) | epochs | stopped by | s / epoch |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]
+    if kn5:
+        lines.append(f"| Kneser-Ney 5-gram, modified, interpolated (counted){row_marks(kn5)} |  | {kn5['valid']:.2f} / "
+                     f"{kn5['test']:.2f} | {kn5['test_bpb']:.4f} | +0.0% |  |  |  |")
+    for name, (_, what, where) in MODELS.items():
+        if where != corpus:
+            continue
+        r = load_result(results, name)
+        lines.append(f"| {what}{row_marks(r) if r else ''} | " + (" | ".join([
+            f"{r['parameters']:,}", f"{r['valid']:.2f} / {r['test']:.2f}", f"{r['test_bpb']:.4f}",
+            pct(r["test"], kn5["test"]) if kn5 else "", f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else '*'}",
+            r["stopped_by"], f"{r['train_s_per_epoch']:.0f}"]) if r else " |  |  |  |  |  | ") + " |")
+    return lines
+
+
+def head_table(results: Path) -> list[str]:
+    lines = ["The output layers on Brown's LSTM and Transformer (each row: the base row with its head changed; "
+             "adaptive is the base row itself): test perplexity, and training tokens per second against the base "
+             "row's, measured in the run (this machine, one run each).", "",
+             "| head | LSTM test | LSTM tokens/s | Transformer test | Transformer tokens/s |", "|---|---:|---:|---:|---:|"]
+    for head in HEADS:
+        cells = []
+        for base in HEAD_BASES:
+            r = load_result(results, base if head == "adaptive" else f"{base}-{head}")
+            cells += [f"{r['test']:.2f}{row_marks(r)}", f"{r['tokens_per_s']:,.0f}"] if r else ["", ""]
+        lines.append(f"| {head} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def tables(results: Path) -> str:
+    shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *(n for n, _ in KN5.values())]]
+    lines = ["Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM):", "",
+             *(ordering(results, corpus) for corpus in CORPORA), ""]
+    for corpus in CORPORA:
+        lines += [*model_table(results, corpus), ""]
+    lines += head_table(results)
+    return "\n".join([*lines, *provenance_footnote([r for r in shown if r])]) + "\n"

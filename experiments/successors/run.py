@@ -1,0 +1,87 @@
+"""The NPLM beside the models that replaced it: on Brown (Bengio et al.'s split, its test set) and on Tiny
+Shakespeare's characters (a held-out test set), the modern NPLM, LSTMs, the Transformer, Sun & Iyyer's (2021)
+Transformer-N and Transformer-C, each to early stopping, beside the Kneser-Ney 5-gram; then the output layers
+side by side on Brown's LSTM and Transformer.
+
+    python experiments/successors/run.py                        # every row, in order (days on a 2-core CPU)
+    python experiments/successors/run.py --rows brown-zaremba-small --threads 2
+    python experiments/successors/run.py --budget-s 3600        # every row stops by then; call again to go on
+    python experiments/successors/run.py --report-only
+
+Rows (report.py): the models at the width of each corpus's modern NPLM recipe (Brown 256, characters 128), the
+same head, optimizer and weights' moving average where the model allows; `brown-zaremba-small` is Zaremba et al.'s
+small LSTM as published (its schedule: 13 epochs); `<base>-<head>` the output layers on the LSTM and the
+Transformer of Brown. Resumable: a finished row is skipped, a killed or budget-stopped one goes on from its last
+checkpoint on the next call. Runs live in outputs/successors/<row>, results in results/<row>.json; README.md is
+INTRO.md with the tables written from the result files only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
+import replication
+from driver import Driver, Row, sibling
+from replication import corpus_datamodule, machine, run_summary, stopped_by
+
+HERE = Path(__file__).resolve().parent
+report = sibling(__file__, "report")
+MAX_EPOCHS, PATIENCE = 40, 2
+
+
+def parameters(checkpoint: str) -> int:
+    """The trained parameters of a checkpoint, a tied table counted once."""
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    seen, total = set(), 0
+    for tensor in state.values():
+        if tensor.is_floating_point() and tensor.untyped_storage().data_ptr() not in seen:
+            seen.add(tensor.untyped_storage().data_ptr())
+            total += tensor.numel()
+    return total
+
+
+def model_result(row: str, spec: Row, record: dict) -> dict:
+    """What results/<row>.json keeps: valid and test perplexity, test bits per byte, parameters, epochs, best
+    epoch, what stopped the run, seconds per epoch, training tokens per second."""
+    history = record["history"]
+    return {"row": row, **run_summary(record, "nplm-train " + " ".join(spec.overrides)),
+            "test_bpb": record["metrics"].get("test/bpb"), "parameters": parameters(record["best_checkpoint"]),
+            "tokens_per_s": sum(h["train/tokens_per_s"] for h in history) / len(history),
+            "stopped_by": stopped_by(history, PATIENCE) if spec.patience else "its schedule's end",
+            "converged": replication.converged(record, PATIENCE, MAX_EPOCHS) if spec.patience else True}
+
+
+def kn5(corpus: list[str]):
+    """The row that counts the modified Kneser-Ney 5-gram on the corpus's training split and scores its valid and
+    test splits (perplexity, test bits per byte)."""
+    def measure(threads: int) -> dict:
+        from nplm.data.text_units import figures, units_of_ids
+        from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
+        from nplm.tracking.provenance import git_commit
+
+        dm = corpus_datamodule(corpus)
+        model = build_ngram("kn5", dm)
+        log_p = {split: ngram_log_probs(model, dm, split) for split in ("valid", "test")}
+        bpb = figures(-float(log_p["test"].sum()), units_of_ids(dm.vocab, dm.ids["test"]))["bpb"]
+        return {"valid": perplexity(log_p["valid"]), "test": perplexity(log_p["test"]), "test_bpb": bpb,
+                "machine": machine(), "git_commit": git_commit(),
+                "command": "python experiments/successors/run.py --rows " + ("brown-kn5" if corpus == report.BROWN
+                                                                             else "ts-kn5")}
+    return measure
+
+
+ROWS = {**{name: Row(measure=kn5(corpus)) for name, corpus in report.KN5.values()},
+        **{name: Row(overrides, what, max_epochs=MAX_EPOCHS,
+                     patience=None if name == "brown-zaremba-small" else PATIENCE)
+           for name, (overrides, what, _) in report.MODELS.items()},
+        **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE)
+           for name, (overrides, what, _) in report.HEAD_ROWS.items()}}
+DRIVER = Driver(HERE, ROWS, model_result, lambda: report.tables(DRIVER.results), margin_s=180,
+                said=lambda r: f"valid {r['valid']:.2f} test {r['test']:.2f}")
+
+if __name__ == "__main__":
+    DRIVER.main(__doc__)

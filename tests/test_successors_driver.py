@@ -1,0 +1,72 @@
+"""experiments/successors/run.py: every row composes into a run nplm-train accepts, and the README's tables and
+the ordering lines come from the result files alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import compose_cfg, experiment_driver
+
+
+def driver():
+    return experiment_driver("successors")
+
+
+def result(folder: Path, row: str, valid: float, test: float, **extra) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"row": row, "command": f"nplm-train {row}", "git_commit": "abcdef0123", "machine": "m", "epochs": 9,
+              "best_epoch": 7, "converged": True, "stopped_by": "early stopping", "train_s_per_epoch": 400.0,
+              "wall_time_s": 3600, "valid": valid, "test": test, "test_bpb": 1.5, "parameters": 6_543_210,
+              "tokens_per_s": 2500.0}
+    (folder / f"{row}.json").write_text(json.dumps({**record, **extra}))
+
+
+def test_the_ordering_is_said_from_finished_rows_only(tmp_path):
+    run = driver()
+    text = run.report.tables(tmp_path)
+    assert "- Brown: not measured (brown-transformer-n, brown-transformer, brown-modern not finished)" in text
+    result(tmp_path, "brown-modern", 200.0, 190.0)
+    result(tmp_path, "brown-transformer", 180.0, 171.0)
+    result(tmp_path, "brown-transformer-n", 178.0, 169.29, converged=False)
+    assert "- Brown: not measured (brown-transformer-n not finished)" in run.report.tables(tmp_path)
+    result(tmp_path, "brown-transformer-n", 178.0, 169.29)
+    assert ("- Brown: holds: Transformer-N 169.29, the Transformer 171.00 (-1.0% for Transformer-N), the modern NPLM "
+            "190.00 (-10.0% for the Transformer), test perplexity") in run.report.tables(tmp_path)
+    result(tmp_path, "ts-modern", 4.2, 4.1)
+    result(tmp_path, "ts-transformer", 4.3, 4.2)
+    result(tmp_path, "ts-transformer-n", 4.0, 3.9)
+    assert "- Tiny Shakespeare's characters: does not hold: Transformer-N 3.90" in run.report.tables(tmp_path)
+
+
+def test_the_tables_come_from_the_result_files(tmp_path):
+    run = driver()
+    result(tmp_path, "brown-kn5", 260.0, 250.0)
+    result(tmp_path, "brown-lstm", 210.0, 200.0, git_commit="abcdef0123-dirty")
+    result(tmp_path, "brown-lstm-nce", 230.0, 220.0, tokens_per_s=5000.0)
+    text = run.report.tables(tmp_path)
+    assert ("| an LSTM, 2 layers of 256, tied adaptive softmax, AdamW† | 6,543,210 | 210.00 / 200.00 | 1.5000 | -20.0% "
+            "| 9 / 7 | early stopping | 400 |") in text
+    assert "| the modern NPLM (`experiment=sun2021/brown`) |  |  |  |  |  |  |  |" in text  # not run yet
+    assert "| nce | 220.00 | 5,000 |  |  |" in text and "| adaptive | 200.00† | 2,500 |  |  |" in text
+    assert text.endswith("run the row again from a clean checkout to replace it.\n")
+
+
+@pytest.mark.slow  # composes 25 rows (a quarter of a second each)
+def test_every_row_composes_into_a_run_nplm_train_accepts(tmp_path):
+    from nplm.config.schema import validate
+
+    run = driver()
+    for name, row in run.ROWS.items():
+        if row.overrides:
+            cfg = compose_cfg(tmp_path, *row.overrides)
+            validate(cfg)
+            # Bengio et al.'s Brown split, or Tiny Shakespeare with a held-out test split
+            assert (cfg.corpus.name, cfg.corpus.train_size) in {("brown", 800000), ("tiny_shakespeare", 0.8)}, name
+    lstm = compose_cfg(tmp_path, *run.ROWS["brown-lstm-softmax"].overrides)
+    assert (lstm.model.name, lstm.head.name, lstm.model.hidden_dim) == ("lstm", "softmax", 256)
+    zaremba = compose_cfg(tmp_path, *run.ROWS["brown-zaremba-small"].overrides)
+    assert (zaremba.trainer.max_epochs, zaremba.model.hidden_dim, run.ROWS["brown-zaremba-small"].patience) == (13, 200,
+                                                                                                               None)
