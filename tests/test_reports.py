@@ -18,7 +18,8 @@ def driver(name: str):
     return module
 
 
-DRIVERS = ["bengio2003", "morin2005", "mnih2009", "heads_trees", "tinyshakespeare_char", "tokenizations", "scale"]
+# every experiment driver: its folder has a run.py and the INTRO.md its README is written below
+DRIVERS = sorted(p.parent.name for p in EXPERIMENTS.glob("*/run.py") if (p.parent / "INTRO.md").exists())
 
 
 @pytest.mark.parametrize("name", DRIVERS)
