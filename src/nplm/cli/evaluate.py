@@ -36,10 +36,11 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
 
     from nplm.data.blocks import Blocks, index_batches
     from nplm.tracking.progress import duration
+    from nplm.training.stream_eval import stream_blocks
 
     nll_sum, tokens = 0.0, 0
     if module.model.carries_state:  # one stream, in order
-        source, batch_size = module.stream_blocks(windows.ids, block_size), 1
+        source, batch_size = stream_blocks(module, windows.ids, block_size), 1
     else:
         source = Blocks(windows.ids, windows.context_size, block_size) if block_size else windows
     batches = index_batches(source, batch_size, shuffle=False)

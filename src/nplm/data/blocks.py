@@ -41,6 +41,11 @@ class Blocks(Dataset):
     def __len__(self) -> int:
         return self.count
 
+    def spread_targets(self, count: int) -> torch.Tensor:
+        """The targets of up to `count` whole blocks spread evenly over the split `[U, T]` (a head's calibration)."""
+        picked = torch.linspace(0, self.whole - 1, min(self.whole, count)).long()  # [U]
+        return self.blocks[picked, self.context_size:]
+
     def to(self, device: torch.device | str) -> "Blocks":
         """The same blocks over a copy of the stream on `device` (self when it is already there)."""
         if self.ids.device == torch.device(device):

@@ -40,6 +40,7 @@ from nplm.data.datamodule import LMDataModule
 from nplm.data.windows import BatchIndices, Windows
 from nplm.errors import UserError, report_user_errors
 from nplm.training.module import LanguageModel
+from nplm.training.stream_eval import stream_blocks
 from nplm.ngram import DeletedInterpolationTrigram, KneserNey, NgramLanguageModel, split_context
 from nplm.ngram.specs import parse_ngram_spec
 
@@ -54,7 +55,7 @@ def neural_log_probs(module: LanguageModel, windows: Windows, batch_size: int = 
     module.eval()
     device = next(module.parameters()).device
     if module.model.carries_state:
-        blocks = module.stream_blocks(windows.ids.to(device))
+        blocks = stream_blocks(module, windows.ids.to(device))
         return torch.cat([-module.nll(*blocks[b]) for b in range(len(blocks))]).double().cpu().numpy()  # [L]
     out = np.empty(len(windows), dtype=np.float64)  # [L]
     for idx in BatchIndices(len(windows), batch_size, shuffle=False):

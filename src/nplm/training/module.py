@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytorch_lightning as pl
 import torch
 
-from nplm.data.blocks import Blocks
 from nplm.data.vocabulary import Vocabulary
 from nplm.heads import build_head, head_class
-from nplm.models import build_model, data_layout
+from nplm.models import build_model
 from nplm.optimizers import build_optimizer
 from nplm.training.capture import eager_optimizer_state
 from nplm.training.divergence import Diverged, DivergenceWatch, divergence_fix
@@ -22,14 +20,12 @@ from nplm.training.log_window import LossWindow
 from nplm.training.perplexity import Perplexity
 from nplm.training.rng import restore_rng, rng_state
 from nplm.training.steps import TrainingStep, choose_step, compile_loss
-from nplm.training.steps.compiled import CUDAGRAPH_TREES
+from nplm.training.steps.compiled import CUDAGRAPH_TREES, compiles
 from nplm.training.steps.schedules import step_epoch_schedules
 from nplm.training.sync_debug import sync_debug_applies, sync_mode
 from nplm.training.text_metrics import TextFigures
 from nplm.training.throughput import EpochClock, speed_figures
 from nplm.trees.tree import Tree
-
-log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
@@ -102,29 +98,14 @@ class LanguageModel(pl.LightningModule):
     def nll(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.nll(*self.features(context, target))  # [N]
 
-    def stream_blocks(self, ids: torch.Tensor, block_size: int | None = None) -> Blocks:
-        """For a model that carries its state (`Model.carries_state`): the blocks of the stream `ids` [L] to score
-        in order, one per batch, the state carried (`block_size`, else the run's data.block_size, else the
-        model's default), with the evaluation state reset and the module in evaluation mode."""
-        run_block = (self.hparams.get("data") or {}).get("block_size")
-        _, block_size, _ = data_layout(self.hparams["model"], block_size or run_block)
-        self.eval()
-        self.model.reset_state("eval")
-        return Blocks(ids, self.model.context_size, block_size)
-
     # -- training --------------------------------------------------------------------------
     def compile_training_step(self, backend: str = "inductor", mode: str | None = None) -> None:
         """`compile=true`: the training loss through `torch.compile(fullgraph=True)` with torch.compile's
-        `backend` and `mode` (config keys `compile_backend`, `compile_mode`: `nplm.training.steps.compiled`). Not
-        for a model that carries its state between batches (`Model.carries_state`: the state is written outside
-        the compiled graph): one log line says so, and the loss trains uncompiled, through autograd."""
-        if self.model.carries_state:
-            log.warning("compile=true: model=%s carries its state from one batch to the next, which a compiled step "
-                        "would not hand on; training without torch.compile", type(self.model).option_name)
-            return
-        self._train_loss = compile_loss(self._train_loss, backend, mode)
-        self._compiled = True
-        self._cudagraph_trees = mode == CUDAGRAPH_TREES
+        `backend` and `mode` (config keys `compile_backend`, `compile_mode`: `nplm.training.steps.compiled`), where
+        the model `compiles` (else one log line says why, and the loss trains through autograd)."""
+        if compiles(self.model):
+            self._train_loss, self._compiled = compile_loss(self._train_loss, backend, mode), True
+            self._cudagraph_trees = mode == CUDAGRAPH_TREES
 
     def _train_loss(self, context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return self.head.loss(*self.features(context, target))  # [N]
@@ -133,12 +114,8 @@ class LanguageModel(pl.LightningModule):
         """Whole-block training (`data.block_size`): the head calibrates what it sizes per batch on up to
         8,192 of the training split's blocks, spread evenly over it (`Head.calibrate`)."""
         data = getattr(self.trainer, "datamodule", None)
-        if data is None or not getattr(data, "block_size", None):
-            return
-        blocks = data.blocks("train")
-        if blocks.whole:
-            picked = torch.linspace(0, blocks.whole - 1, min(blocks.whole, 8192)).long()  # [U]
-            self.head.calibrate(blocks.blocks[picked, blocks.context_size:])  # [U, T]
+        if data is not None and getattr(data, "block_size", None) and data.blocks("train").whole:
+            self.head.calibrate(data.blocks("train").spread_targets(8192))  # [U, T]
 
     def on_train_start(self) -> None:
         state, self._resumed_rng = self._resumed_rng, None  # a resumed run: the generators as its checkpoint saved them
@@ -256,11 +233,10 @@ class LanguageModel(pl.LightningModule):
         step_epoch_schedules(self.trainer, getattr(self, "_plateau_monitor", None))
 
     # -- evaluation ------------------------------------------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        self.model.reset_state("eval")  # (its own slot: the training state stays as it was)
+    def on_validation_epoch_start(self) -> None:  # a model that carries its state: its evaluation slot, reset
+        self.model.reset_state("eval")  # (the training state stays as it was)
 
-    def on_test_epoch_start(self) -> None:
-        self.model.reset_state("eval")
+    on_test_epoch_start = on_validation_epoch_start
 
     def validation_step(self, batch, batch_idx):
         self.val_ppl.update(self.nll(*batch))

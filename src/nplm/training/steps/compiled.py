@@ -10,6 +10,7 @@ update running eagerly after them; nplm's capture is then off (the two captures 
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import torch
@@ -18,6 +19,16 @@ from nplm.training.steps.autograd import AutogradStep
 from nplm.training.steps.base import RunParts
 
 CUDAGRAPH_TREES = "reduce-overhead"  # the compile_mode that captures its own CUDA graphs
+log = logging.getLogger(__name__)
+
+
+def compiles(model) -> bool:
+    """Whether compile=true applies to `model`: not to one that carries its state from batch to batch
+    (`Model.carries_state`: the state is written outside the compiled graph), which says so in one log line."""
+    if model.carries_state:
+        log.warning("compile=true: model=%s carries its state from one batch to the next, which a compiled step "
+                    "would not hand on; training without torch.compile", type(model).option_name)
+    return not model.carries_state
 
 
 def compile_loss(loss: Callable, backend: str = "inductor", mode: str | None = None) -> Callable:
