@@ -134,3 +134,11 @@ def test_no_code_outside_models_names_a_concrete_model():
 
 def test_no_code_outside_heads_names_a_concrete_head():
     assert code_outside("nplm.heads", r"(Softmax|Hierarchical|ClassBased|Adaptive|ImportanceSampling|NCE)Head") == []
+
+
+def test_the_lightning_module_holds_the_hooks_and_the_steps_their_own_files():
+    """training/module.py stays under 300 lines (what it computes lives beside it), and each way of taking a
+    training step is a file of nplm.training.steps."""
+    assert len((PACKAGE / "training" / "module.py").read_text().splitlines()) < 300
+    steps = {p.stem for p in (PACKAGE / "training" / "steps").glob("*.py")}
+    assert {"autograd", "by_hand", "captured", "compiled"} <= steps
