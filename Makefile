@@ -31,8 +31,10 @@ train: install
 	$(BIN)/nplm-train experiment=quickstart
 
 # The suite on TEST_JOBS processes (pytest-xdist; worksteal: an idle process takes tests queued for a busy one).
+# pytest keeps the test files with their asserts rewritten as bytecode: where PYTHONDONTWRITEBYTECODE is set (a
+# container's default), every process of every run would rewrite and compile them again (seconds each).
 TEST_JOBS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal --durations=15
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal --durations=15
 test: install
 	$(PYTEST)
 
