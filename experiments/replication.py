@@ -245,6 +245,14 @@ def run_summary(record: dict, command: str) -> dict:
             "valid": record["metrics"]["val/ppl_best"], "test": record["metrics"]["test/ppl"]}
 
 
+def parameters(checkpoint: str) -> int:
+    """The trained parameters of a checkpoint's model and head (a tied table counted once, as `Module.parameters`
+    yields it)."""
+    from nplm.training.checkpoint import load_model
+
+    return sum(p.numel() for p in load_model(checkpoint).parameters())
+
+
 def load_result(results: Path, name: str) -> dict | None:
     path = Path(results) / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
 from driver import Driver, Row, bad_input, sibling
-from replication import DATA_DIR, class_ngram, corpus_datamodule, machine, run_summary, stopped_by
+from replication import DATA_DIR, class_ngram, corpus_datamodule, machine, parameters, run_summary, stopped_by
 
 HERE = Path(__file__).resolve().parent
 
@@ -82,13 +82,11 @@ def rows(lrs: list[float]) -> dict[str, Row]:
 def row_result(name: str, row: Row, record: dict) -> dict:
     """A network's result (mixed with the interpolated trigram, 0.5/0.5 and EM), or a modern NPLM row's."""
     from nplm.inference.mixture import mix
-    from nplm.training.checkpoint import load_model
-
     summary = run_summary(record, "nplm-train " + " ".join(row.overrides))
     if name in SUN2021:
         return {"row": name, **summary, "stopped_by": stopped_by(record["history"], SUN2021_PATIENCE),
                 "converged": replication.converged(record, SUN2021_PATIENCE, SUN2021_MAX_EPOCHS),
-                "parameters": sum(p.numel() for p in load_model(record["best_checkpoint"]).parameters()),
+                "parameters": parameters(record["best_checkpoint"]),
                 "valid_by_epoch": [round(r["val/ppl"], 2) for r in record["history"]]}
     recipe, network, lr = NETWORK_OF[name]
     return {"row": network, "recipe": recipe, "lr": lr, **summary,

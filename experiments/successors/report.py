@@ -66,14 +66,13 @@ HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
 def ordering(results: Path, corpus: str) -> str:
     """Whether Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM, in test
     perplexity) holds on `corpus`, and by how much; "not measured" until the three rows have finished."""
-    prefix = "brown" if corpus == "brown" else "ts"
+    prefix, name = "brown" if corpus == "brown" else "ts", CORPORA[corpus].split(" (")[0]
     got = {key: load_result(results, f"{prefix}-{key}") for key in ("transformer-n", "transformer", "modern")}
     if not all(r and finished(r) for r in got.values()):
         missing = ", ".join(f"{prefix}-{k}" for k, r in got.items() if not (r and finished(r)))
-        return f"- {CORPORA[corpus].split(' (')[0]}: not measured ({missing} not finished)"
+        return f"- {name}: not measured ({missing} not finished)"
     n, t, m = (got[k]["test"] for k in ("transformer-n", "transformer", "modern"))
-    holds = n < t < m
-    return (f"- {CORPORA[corpus].split(' (')[0]}: {'holds' if holds else 'does not hold'}: Transformer-N {n:.2f}, "
+    return (f"- {name}: {'holds' if n < t < m else 'does not hold'}: Transformer-N {n:.2f}, "
             f"the Transformer {t:.2f} ({pct(n, t)} for Transformer-N), the modern NPLM {m:.2f} ({pct(t, m)} for the "
             "Transformer), test perplexity")
 

@@ -24,24 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
 from driver import Driver, Row, sibling
-from replication import corpus_datamodule, machine, run_summary, stopped_by
+from replication import corpus_datamodule, machine, parameters, run_summary, stopped_by
 
 HERE = Path(__file__).resolve().parent
 report = sibling(__file__, "report")
 MAX_EPOCHS, PATIENCE = 40, 2
-
-
-def parameters(checkpoint: str) -> int:
-    """The trained parameters of a checkpoint, a tied table counted once."""
-    import torch
-
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-    seen, total = set(), 0
-    for tensor in state.values():
-        if tensor.is_floating_point() and tensor.untyped_storage().data_ptr() not in seen:
-            seen.add(tensor.untyped_storage().data_ptr())
-            total += tensor.numel()
-    return total
 
 
 def model_result(row: str, spec: Row, record: dict) -> dict:
@@ -55,8 +42,8 @@ def model_result(row: str, spec: Row, record: dict) -> dict:
             "converged": replication.converged(record, PATIENCE, MAX_EPOCHS) if spec.patience else True}
 
 
-def kn5(corpus: list[str]):
-    """The row that counts the modified Kneser-Ney 5-gram on the corpus's training split and scores its valid and
+def kn5(row: str, corpus: list[str]):
+    """The row `row` that counts the modified Kneser-Ney 5-gram on the corpus's training split and scores its valid and
     test splits (perplexity, test bits per byte)."""
     def measure(threads: int) -> dict:
         from nplm.data.text_units import figures, units_of_ids
@@ -69,12 +56,11 @@ def kn5(corpus: list[str]):
         bpb = figures(-float(log_p["test"].sum()), units_of_ids(dm.vocab, dm.ids["test"]))["bpb"]
         return {"valid": perplexity(log_p["valid"]), "test": perplexity(log_p["test"]), "test_bpb": bpb,
                 "machine": machine(), "git_commit": git_commit(),
-                "command": "python experiments/successors/run.py --rows " + ("brown-kn5" if corpus == report.BROWN
-                                                                             else "ts-kn5")}
+                "command": f"python experiments/successors/run.py --rows {row}"}
     return measure
 
 
-ROWS = {**{name: Row(measure=kn5(corpus)) for name, corpus in report.KN5.values()},
+ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.values()},
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS,
                      patience=None if name == "brown-zaremba-small" else PATIENCE)
            for name, (overrides, what, _) in report.MODELS.items()},
