@@ -12,8 +12,8 @@ from replication import finished, load_result, pct, provenance_footnote, row_mar
 BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
 # Brown: the modern NPLM's recipe (experiment=sun2021/brown: width 256, the tied adaptive softmax, AdamW, the
 # weights' moving average) and the same width, head, optimizer and average for the LSTM and the Transformers
-LSTM_256 = ["model=lstm", "model.hidden_dim=256", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw", "optimizer.lr=0.001", "optimizer.eps=1e-5", "optimizer.weight_decay=0.1",
-            "data.block_size=35", "data.batch_size=20", "trainer.max_epochs=40", "callbacks.ema_decay=0.9995"]
+LSTM_256 = ["model=lstm", "model.hidden_dim=256", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw",
+            "optimizer.lr=0.001", "optimizer.eps=1e-5", "optimizer.weight_decay=0.1", "data.block_size=35", "data.batch_size=20", "trainer.max_epochs=40", "callbacks.ema_decay=0.9995"]
 TIED_ADAPTIVE = ["model.tie_embeddings=true", "head=adaptive", "head.cutoffs=null", "head.div_value=1.0"]
 # Tiny Shakespeare's characters: width 128 as experiment=sun2021/tinyshakespeare_char's NPLM, the softmax
 CHAR_LSTM = ["model=lstm", "model.hidden_dim=128", "model.num_layers=2", "model.dropout=0.2", "head=softmax",
@@ -91,10 +91,11 @@ def model_table(results: Path, corpus: str) -> list[str]:
         if where != corpus:
             continue
         r = load_result(results, name)
-        lines.append(f"| {what}{row_marks(r) if r else ''} | " + (" | ".join([
+        cells = [""] * 7 if not r else [
             f"{r['parameters']:,}", f"{r['valid']:.2f} / {r['test']:.2f}", f"{r['test_bpb']:.4f}",
             pct(r["test"], kn5["test"]) if kn5 else "", f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else '*'}",
-            r["stopped_by"], f"{r['train_s_per_epoch']:.0f}"]) if r else " |  |  |  |  |  | ") + " |")
+            r["stopped_by"], f"{r['train_s_per_epoch']:.0f}"]
+        lines.append("| " + " | ".join([what + (row_marks(r) if r else ""), *cells]) + " |")
     return lines
 
 
@@ -102,7 +103,8 @@ def head_table(results: Path) -> list[str]:
     lines = ["The output layers on Brown's LSTM and Transformer (each row: the base row with its head changed; "
              "adaptive is the base row itself): test perplexity, and training tokens per second against the base "
              "row's, measured in the run (this machine, one run each).", "",
-             "| head | LSTM test | LSTM tokens/s | Transformer test | Transformer tokens/s |", "|---|---:|---:|---:|---:|"]
+             "| head | LSTM test | LSTM tokens/s | Transformer test | Transformer tokens/s |",
+             "|---|---:|---:|---:|---:|"]
     for head in HEADS:
         cells = []
         for base in HEAD_BASES:
