@@ -4,7 +4,11 @@ torch's `AdaptiveLogSoftmaxWithLoss` output exactly, also for rows over a cluste
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
+import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -13,7 +17,8 @@ from nplm.errors import UserError
 from nplm.heads import build_head
 from nplm.heads.adaptive import AdaptiveHead
 
-from conftest import TOY_FAST
+from conftest import TOY_FAST, compose_cfg
+from nplm.training.train import train
 
 V, F = 200, 16
 CUTOFFS = [20, 60, 150]
@@ -82,29 +87,83 @@ def test_rows_over_a_capacity_are_scored_exactly_by_the_spill_and_counted(tied):
     assert head.overflow_rows.tolist() == [0, 0, 6]
 
 
-def test_rows_beyond_capacity_and_spill_get_nan_and_stop_training_with_one_line():
-    """64 targets all in cluster 3: 18 by capacity, 8 by the spill, the other 38 NaN (the loss never
-    changes silently); the rows that were scored are exact; `check_training` names the count."""
+def all_in_cluster_3(rows: int = 64) -> torch.Tensor:
+    """64 targets all in cluster 3: 18 within its capacity, 8 in the spill, 38 beyond both."""
+    return 150 + torch.arange(rows) % 50
+
+
+def test_rows_beyond_capacity_and_spill_are_scored_exactly_on_a_cpu_and_the_capacities_grow(caplog):
+    """On a CPU in eager mode reading the device is free: a batch with rows beyond the capacity and the
+    spill is scored on every cluster (exactly torch's loss), counted, logged at the epoch's end, and its
+    overflow grows the capacity."""
     head = make(tied=False)
-    target = 150 + torch.arange(64) % 50
-    f = features(64)
-    got, exact = head.loss(f, target), torch_nll(head, f, target)
-    assert torch.isnan(got).sum().item() == 38 and head.dropped_rows.item() == 38
-    torch.testing.assert_close(got[~torch.isnan(got)], exact[~torch.isnan(got)], rtol=0, atol=1e-10)
-    with pytest.raises(UserError, match="^head=adaptive: 38 training rows were beyond their tail cluster's capacity"):
+    f, target = features(64), all_in_cluster_3()
+    torch.testing.assert_close(head.loss(f, target), torch_nll(head, f, target), rtol=0, atol=1e-10)
+    assert head.fallback_batches == 1 and head.dropped_rows.item() == 0
+    with caplog.at_level("INFO", logger="nplm.heads.adaptive"):
         head.check_training(epoch_end=True)
+    assert "head=adaptive: 1 training batches had rows beyond the capacities" in caplog.text
+    assert head.fallback_batches == 0 and head.capacities(64)[2] == 64  # 18 + the 56 it overflowed by
 
 
-@pytest.mark.slow  # a run stopped by its head
-def test_training_stops_with_the_heads_line_when_rows_were_left_unscored(run_train, monkeypatch):
-    """The training loop reads the head's counters at its log lines: capacities of 1 row and no spill
-    on the CPU (the capacity path forced) leave rows unscored, and the run stops with the head's line
-    rather than the NaN loss's advice on the learning rate."""
-    monkeypatch.setattr(AdaptiveHead, "_torch_grouping", staticmethod(lambda features: False))
-    monkeypatch.setattr(AdaptiveHead, "capacities", lambda self, rows: [1] * len(self.cluster_share))
-    monkeypatch.setattr(AdaptiveHead, "spill_rows", staticmethod(lambda rows: 0))
+def test_without_a_free_host_read_a_batch_with_rows_left_out_trains_nothing_and_stops(monkeypatch):
+    """Where reading the device would stall it (a GPU, torch.compile): the batch's loss and every gradient
+    are NaN, so no step taken with rows left out is kept; `check_training` stops the run naming the fix."""
+    monkeypatch.setattr(AdaptiveHead, "_host_reads_free", staticmethod(lambda features: False))
+    head = make(tied=False)
+    f = features(64).requires_grad_()
+    got = head.loss(f, all_in_cluster_3())
+    (grad,) = torch.autograd.grad(got.sum(), f)
+    assert torch.isnan(got).all() and torch.isnan(grad).all() and head.dropped_rows.item() == 38
+    with pytest.raises(UserError, match="^head=adaptive: 38 training rows were beyond their tail cluster's capacity "
+                                        r"and the spill rows, .*resume it with head.training_path=all"):
+        head.check_training(epoch_end=True)
+    fits = zipf_targets(64)
+    head = make(tied=False)
+    torch.testing.assert_close(head.loss(features(64), fits), torch_nll(head, features(64), fits), rtol=0, atol=1e-10)
+
+
+class SmallCapacities(pl.Callback):
+    """From epoch `epoch` on, the head's capacities are 1 row a cluster and there is no spill, so most rows of
+    every batch are beyond both; `free_reads=False`: as on a GPU, where the head cannot read the device."""
+
+    def __init__(self, epoch: int, free_reads: bool = True):
+        self.epoch, self.free_reads = epoch, free_reads
+
+    def on_train_epoch_start(self, trainer, module):
+        if trainer.current_epoch == self.epoch:
+            head = module.head
+            head.capacities = lambda rows: [1 + e for e in head.capacity_extra]
+            head.spill_rows = lambda rows: 0
+            head._host_reads_free = lambda features: self.free_reads
+
+
+ADAPTIVE_RUN = [*TOY_FAST, "head=adaptive", "trainer.max_epochs=3"]
+
+
+@pytest.mark.slow  # three toy runs
+def test_a_run_beyond_its_capacities_trains_exactly_or_stops_keeping_its_checkpoints(tmp_path):
+    """On a CPU the batches beyond the capacities are scored on every cluster: the run trains as the
+    all-clusters path does, and its checkpoints keep the capacities it grew to. Where the device cannot be
+    read (a GPU), the run stops at the next log line with the head's one line, keeping its folder, the
+    epoch's checkpoints and a record saying why; resumed with head.training_path=all it finishes."""
+    exact = train(compose_cfg(tmp_path / "all", *ADAPTIVE_RUN, "head.training_path=all"))
+    grown = train(compose_cfg(tmp_path / "grown", *ADAPTIVE_RUN, "head.training_path=capacity"),
+                  callbacks=[SmallCapacities(0)])
+    assert grown["val/ppl_best"] == pytest.approx(exact["val/ppl_best"], rel=1e-4)
+    sizes = torch.load(tmp_path / "grown" / "run" / "checkpoints" / "last.ckpt", weights_only=False)["nplm"]["head_sizes"]
+    assert sizes and all(s > 0 for s in sizes)  # each tail cluster grew by what its batches overflowed
+
+    run = tmp_path / "stopped" / "run"
     with pytest.raises(UserError, match=r"^head=adaptive: \d+ training rows were beyond their tail cluster's"):
-        run_train(*TOY_FAST, "trainer.max_epochs=1", "head=adaptive")
+        train(compose_cfg(tmp_path / "stopped", *ADAPTIVE_RUN, "head.training_path=capacity"),
+              callbacks=[SmallCapacities(1, free_reads=False)])
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["status"] == "failed" and "resume it with head.training_path=all" in record["error"]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["epoch"] == 0  # the epoch before
+    again = train(compose_cfg(tmp_path / "again", *ADAPTIVE_RUN, "head.training_path=all", f"resume={run}"))
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["status"] == "finished" and record["epochs"] == 3 and math.isfinite(again["val/ppl_best"])
 
 
 @pytest.mark.parametrize("tied", [False, True])

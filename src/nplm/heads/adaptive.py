@@ -24,12 +24,15 @@ binomial count's mean plus 4 standard deviations) plus S = B // 256 + 8 spill ro
 any cluster beyond its C_i, which every tail scores; the results are added back to their rows. Each row
 then costs the shortlist, its own cluster and the margins: at WikiText-103's shape (tied, B = 2048)
 1.24x the shortlist + own-cluster floor, against 6.5x for every cluster
-(tests/test_adaptive_capacity.py counts them). The loss is exact for every row within C_i + S; a row beyond
-both (a batch far from the training counts' mix) gets NaN, so the loss never changes silently, and
-is counted on the device (`dropped_rows`). `check_training`, which the training loop calls at each log
-line and epoch end (where it reads the device anyway), raises a one-line UserError for such rows and,
-at an epoch's end, grows each C_i by the most rows it overflowed in one batch (`overflow_peak`;
-`overflow_rows` counts them all). `nll` (evaluation: batches in text order, whose mix of clusters
+(tests/test_adaptive_capacity.py counts them). The loss is exact for every row within C_i + S. A batch
+with a row beyond both (far from the training counts' mix) is never trained on a changed loss: on a CPU
+in eager mode, where reading the device is free, it is scored on every cluster (exact; counted in
+`fallback_batches` and logged at the epoch's end); elsewhere its loss and gradients are NaN, so no
+step of it is kept, the rows are counted on the device (`dropped_rows`), and `check_training`, which
+the training loop calls at each log line and epoch end (where it reads the device anyway), stops the
+run with a one-line UserError naming head.training_path=all to resume it with. At an epoch's end each
+C_i grows by the most rows it overflowed in one batch (`overflow_peak`; `overflow_rows` counts them
+all); checkpoints keep the growth (`graph_sizes`, `restore_sizes`). `nll` (evaluation: batches in text order, whose mix of clusters
 varies far more) scores every cluster for every row there (`_log_prob_static`: a full softmax's
 FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
 the three ("torch", "all", "capacity"), on a CPU too; the config key `head.training_path` sets it
@@ -164,6 +167,7 @@ class AdaptiveHead(Head):
         ranked = sorted(counts, reverse=True)
         self.cluster_share = [sum(ranked[lo:hi]) / total for lo, hi in zip(bounds, bounds[1:])]  # p_i, i = 1..n
         self.capacity_extra = [0] * len(cutoffs)  # rows added to each cluster's capacity by past overflows
+        self.fallback_batches = 0  # batches this epoch scored on every cluster (rows beyond capacity and spill)
         self.block_counts: tuple[list[float], list[float], int] | None = None  # `calibrate`: means, variances, T
         n = len(cutoffs)
         self.register_buffer("overflow_rows", torch.zeros(n, dtype=torch.long), persistent=False)  # [n] over C_i
@@ -198,9 +202,25 @@ class AdaptiveHead(Head):
             path = "torch"
         if path == "torch":
             return -self.adaptive(features, self.rank[target]).output  # [B]
+        rank = self.rank[target]  # [B]
         if path == "all":
-            return -self._log_prob_static(features, self.rank[target])
-        return -self._log_prob_capacity(features, self.rank[target])
+            return -self._log_prob_static(features, rank)
+        log_p, dropped = self._log_prob_capacity(features, rank)  # [B], [B]
+        if self._host_reads_free(features):  # a CPU in eager mode: rows left out are scored exactly
+            if dropped.any():
+                self.fallback_batches += 1
+                return -self._log_prob_static(features, rank)
+            return -log_p
+        # no host read (a GPU, torch.compile): a batch with rows left out trains nothing that is kept; its
+        # loss and every gradient are NaN, and the next check stops the run (`check_training`)
+        with torch.no_grad():
+            self.dropped_rows += dropped.sum()
+        return -log_p * torch.where(dropped.any(), math.nan, 1.0).to(log_p.dtype)
+
+    @staticmethod
+    def _host_reads_free(features: torch.Tensor) -> bool:
+        """Whether reading a device value costs nothing: a CPU tensor outside torch.compile."""
+        return features.device.type == "cpu" and not torch.compiler.is_compiling()
 
     @staticmethod
     def _torch_grouping(features: torch.Tensor) -> bool:
@@ -261,11 +281,12 @@ class AdaptiveHead(Head):
         tail cluster."""
         return min(rows, rows // 256 + 8)
 
-    def _log_prob_capacity(self, features: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    def _log_prob_capacity(self, features: torch.Tensor, rank: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """log P(w | ctx) [B] for ranks `rank` [B] with static shapes and no host sync: the rows sorted by
         cluster; tail cluster i scores the first C_i (`capacities`) of its rows plus the S spill rows
         (`spill_rows`: the first S rows, in sorted order, beyond their cluster's capacity); a row beyond
-        both gets NaN and is counted in `dropped_rows`. Rows over capacity add to `overflow_rows`."""
+        both is left out (`dropped` [B], counted in `dropped_rows`; `loss` scores such a batch exactly or
+        stops the run). Rows over capacity add to `overflow_rows`."""
         a = self.adaptive
         B = features.shape[0]
         out, cluster = self._head_log_prob(features, rank)  # [B], [B]
@@ -298,24 +319,34 @@ class AdaptiveHead(Head):
             excess = torch.stack([(sizes[i + 1] - cap).clamp(min=0) for i, cap in enumerate(caps)])  # [n]
             self.overflow_rows += excess
             self.overflow_peak.copy_(torch.maximum(self.overflow_peak, excess))
-            self.dropped_rows += dropped.sum()
-        return torch.where(dropped, torch.full_like(out, math.nan), out)
+        return out, dropped
 
     def check_training(self, epoch_end: bool) -> None:
-        """A UserError when training rows were beyond their cluster's capacity and the spill (their loss was
-        NaN); at an epoch's end each cluster's capacity grows by the most rows it overflowed in one batch."""
+        """A UserError when training rows were beyond their cluster's capacity and the spill where `loss` could
+        not score them exactly (their batch's loss and gradients were NaN: no step of it is kept); at an epoch's
+        end a log line counts the batches scored on every cluster instead, and each cluster's capacity grows by
+        the most rows it overflowed in one batch."""
         dropped = int(self.dropped_rows)
         if dropped:
             raise UserError(f"head=adaptive: {dropped} training rows were beyond their tail cluster's capacity and "
-                            f"the spill rows (loss NaN); their batches' targets do not follow the training counts "
-                            f"(shuffle the training batches)")
+                            "the spill rows, where the device cannot score them otherwise; no step with them is "
+                            "kept (the run stopped before its next checkpoint): resume it with "
+                            "head.training_path=all, which scores every cluster for every row")
         if epoch_end:
+            if self.fallback_batches:
+                log.info("head=adaptive: %d training batches had rows beyond the capacities and the spill; they were "
+                         "scored on every cluster (exact), and the capacities grow", self.fallback_batches)
+                self.fallback_batches = 0
             self.capacity_extra = [e + p for e, p in zip(self.capacity_extra, self.overflow_peak.tolist())]
             self.overflow_peak.zero_()
 
     def graph_sizes(self) -> tuple:
         """The capacities' growth from past overflows (`check_training`); the calibration is fixed before training."""
         return tuple(self.capacity_extra)
+
+    def restore_sizes(self, sizes: tuple) -> None:
+        if sizes:  # a checkpoint of this head: the capacities it had grown to
+            self.capacity_extra = [int(e) for e in sizes]
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         return self.adaptive.log_prob(features).index_select(1, self.rank)  # [B, V] rank order -> word-id order

@@ -136,6 +136,10 @@ class Head(nn.Module):
         epoch's end (`check_training`). Default: none."""
         return ()
 
+    def restore_sizes(self, sizes: tuple) -> None:
+        """Take back `graph_sizes` as a checkpoint saved them, so a resumed run goes on with the sizes its
+        head had adapted to. Default: nothing to restore."""
+
     def calibrate(self, targets: torch.Tensor) -> None:
         """`targets` [U, T]: a sample of the training split's targets in the units its batches are drawn in
         (U whole blocks of T consecutive tokens, `data.block_size`), before training starts. A head that sizes

@@ -65,6 +65,10 @@ def load_model(path: str | Path) -> LanguageModel:
     return module.eval()
 
 
+# keys that choose how a loss is computed, not what is learned: a run may go on with another value
+PATH_KEYS = {("head", "training_path")}
+
+
 def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
     """Before any data is read: refuse to continue a run of `model` and `head` (their config groups) from a
     checkpoint that cannot be read or was trained with another model or head, naming what differs. Returns
@@ -76,9 +80,9 @@ def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
         if name != ours.get("name"):
             raise UserError(f"resume: checkpoint {str(path)!r} was trained with {part}={name}, not {part}="
                             f"{ours.get('name')}; resume it with {part}={name}")
-        if dict(theirs.get(part, {})) != dict(ours):
-            diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
-                          if ours.get(k) != theirs.get(part, {}).get(k))
+        diff = sorted(k for k in set(ours) | set(theirs.get(part, {}))
+                      if ours.get(k) != theirs.get(part, {}).get(k) and (part, k) not in PATH_KEYS)
+        if diff:
             raise UserError(f"resume: checkpoint {str(path)!r} has another {part} ("
                             f"{', '.join(f'{part}.{k}' for k in diff)} differ); resume with the settings it was "
                             "trained with")

@@ -284,7 +284,6 @@ class LanguageModel(pl.LightningModule):
             self._plateau_monitor = config["lr_scheduler"].pop("monitor", None)
         return config
 
-    # -- checkpoints -----------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # as an eager run saves them: float step sizes, not capturable (resumable anywhere)
         if "optimizer_states" in checkpoint:
@@ -292,8 +291,9 @@ class LanguageModel(pl.LightningModule):
         checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
                                       "tree": self.tree.to_dict() if self.tree is not None else None,
                                       "tokenizer": None if self.vocab.subword is None else self.vocab.subword.to_dict(),
-                                      "rng": rng_state(self.device)}
+                                      "rng": rng_state(self.device), "head_sizes": list(self.head.graph_sizes())}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.best_val_ppl = checkpoint[CHECKPOINT_KEY]["best_val_ppl"]
-        self._resumed_rng = checkpoint[CHECKPOINT_KEY].get("rng")
+        ours = checkpoint[CHECKPOINT_KEY]
+        self.best_val_ppl, self._resumed_rng = ours["best_val_ppl"], ours.get("rng")
+        self.head.restore_sizes(tuple(ours.get("head_sizes", ())))
