@@ -11,7 +11,6 @@ a run's own test file gives the run's test perplexity.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -140,8 +139,10 @@ def main(argv: list[str] | None = None) -> None:
                              "checkpoint's run read (refused otherwise)")
     parser.add_argument("--json", type=arg.output_file, metavar="OUT", help="also write the result to this JSON file")
     args = parser.parse_args(argv)
-    result = json.dumps(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size,
-                                 args.block_size, args.changed_data), indent=2)
+    from nplm.tracking.records import standard_json  # (torch: after the flags are checked)
+
+    result = standard_json(evaluate(args.checkpoint, args.split, args.text, str(args.data_dir), args.batch_size,
+                                    args.block_size, args.changed_data))
     print(result)
     if args.json:
         arg.write_text(args.json, result + "\n", "--json")

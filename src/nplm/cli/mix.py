@@ -9,7 +9,6 @@ and the mixture with the weight fitted by EM on validation (`nplm.inference.mixt
 
 from __future__ import annotations
 
-import json
 
 from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
@@ -66,11 +65,12 @@ def main(argv: list[str] | None = None) -> None:
                              "checkpoint's run read (refused otherwise)")
     args = parser.parse_args(argv)
     from nplm.inference.mixture import mix  # (torch and Lightning: after the flags are checked)
+    from nplm.tracking.records import standard_json
 
     result = mix(str(args.checkpoint), args.ngram, args.weight, str(args.data_dir), args.batch_size, args.changed_data)
     print(format_table(result))
     if args.json:
-        arg.write_text(args.json, json.dumps(result, indent=2) + "\n", "--json")
+        arg.write_text(args.json, standard_json(result) + "\n", "--json")
 
 
 if __name__ == "__main__":

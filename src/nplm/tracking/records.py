@@ -49,13 +49,30 @@ TRAIN_EPOCH_FIELDS = ["train/ppl", "train/ppl_sampled", "train/tokens_per_s", "t
 def _number(value):
     if isinstance(value, torch.Tensor):
         value = value.item()
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    return finite_or_none(value)
+
+
+def finite_or_none(data):
+    """`data` with every float that is not finite (NaN, an overflowed perplexity) as None: JSON has no
+    Infinity or NaN, and a reader of standard JSON fails on them."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite_or_none(value) for value in data]
+    return data
+
+
+def standard_json(data) -> str:
+    """`data` as standard JSON text, indented, a float that is not finite as null (`finite_or_none`)."""
+    return json.dumps(finite_or_none(data), indent=2, default=str, allow_nan=False)
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write atomically (`nplm.files`), so a reader never sees half a file; a full disk or a folder that
-    cannot be written is a `WriteError`, and the previous file stays."""
-    atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
+    """Write `standard_json` atomically (`nplm.files`), so a reader never sees half a file; a full disk or a
+    folder that cannot be written is a `WriteError`, and the previous file stays."""
+    atomic_write(path, standard_json(data) + "\n")
 
 
 def writer() -> dict:
