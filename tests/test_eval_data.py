@@ -9,6 +9,7 @@ import pytest
 
 from conftest import TOY_FAST, compose_cfg
 from nplm.cli.evaluate import evaluate
+from nplm.cli.generate import generate
 from nplm.errors import UserError
 from nplm.inference.mixture import mix
 from nplm.training.checkpoint import read_checkpoint, DATA_FILES_KEY
@@ -60,3 +61,18 @@ def test_a_changed_or_missing_corpus_file_is_refused_naming_the_flag(text_run, t
     finally:
         test.write_text(original)
     assert evaluate(ckpt, "test")["tokens"] > 0  # put back: accepted again
+
+
+def test_generation_reads_no_corpus_file(text_run, tmp_path):
+    """nplm-generate takes the vocabulary from the checkpoint and reads nothing of the corpus, so there is no
+    data to check: with every corpus file moved away it writes the same text."""
+    run, data = text_run
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    before = generate(ckpt, "the cat", length=8, temperature=0.7, seed=3)
+    away = tmp_path / "away"
+    data.rename(away)
+    try:
+        assert generate(ckpt, "the cat", length=8, temperature=0.7, seed=3) == before
+    finally:
+        away.rename(data)
+    assert before.startswith("the cat ") and len(before.split()) == 10

@@ -1,4 +1,5 @@
-"""nplm-generate: sample text from a trained model.
+"""nplm-generate: sample text from a trained model. It reads nothing of the corpus (the vocabulary and any
+subword tokenizer travel in the checkpoint), so unlike nplm-eval and nplm-mix it has no data to check.
 
     nplm-generate outputs/.../checkpoints/last.ckpt --prompt "ROMEO:" --length 300 --temperature 0.8
 """
