@@ -136,3 +136,17 @@ def test_an_unfinished_row_is_shown_marked_and_left_out_of_the_target(tmp_path):
     assert "at `85e3451-dirty`" in text
     assert text.endswith("\n† trained or measured from uncommitted code (`85e3451-dirty`): no commit holds exactly "
                          "the code behind the figure; run the row again from a clean checkout to replace it.\n")
+
+
+def test_the_held_out_rows_have_a_table_of_their_own_with_their_test_figures(tmp_path):
+    """A row trained on the held-out split is judged on its test characters against the KN5 of the same split, in
+    a table apart from the notebook split's (its validation characters differ) and out of that split's target."""
+    run = driver()
+    row = "heldout-d256-l6-w3-dropout2-wd3-cosine12-ema"
+    result(tmp_path, row, 4.3, 4.59, test=5.2, test_bpb=2.3789, kn5_test=5.63, mix_test=5.1)
+    text = run.tables(tmp_path)
+    assert (" trained on the first 80% and tested on the held-out last 10% | 4.300 | 5.200 | 2.3789 | -7.6% | "
+            "4.590 / 5.630 | 5.100 | 9 / 7 |") in text
+    assert "- not measured (no modern NPLM row has finished)" in text  # not a row of the notebook's split
+    assert "| Kneser-Ney 5-gram, modified, interpolated (counted) |" not in text  # no KN5 of the notebook's split yet
+    assert run.report.heldout_headline(json.loads((tmp_path / f"{row}.json").read_text())) == "5.200 (KN5 5.630)"

@@ -14,6 +14,7 @@ TIE = 0.0005  # a row within 0.05% of the KN5 is level with it to one decimal of
 TARGET_AVERAGED = 4.55  # the modern NPLM with the recipe's default (the moving average), finished, at most this
 NANOGPT_LOSS = 1.4697  # karpathy/nanoGPT README, "quick start": "the best validation loss is 1.4697"
 BASE_ROW = "modern"  # the modern NPLM as its experiment file has it; the other modern-* rows change it
+HELDOUT_PREFIX = "heldout-"  # rows on the held-out split (80/10/10): a table of their own, their test figures
 
 
 
@@ -21,6 +22,7 @@ def tables(results: Path, specs: dict) -> str:
     """The README's tables under INTRO.md: every row of `specs` (name -> driver.Row) from its result file in
     `results`, beside the Kneser-Ney 5-gram and nanoGPT; the target; each row's learning curve."""
     rows = {row: load_result(results, row) for row in specs}
+    heldout = {row: rows.pop(row) for row in list(rows) if row.startswith(HELDOUT_PREFIX)}
     kn5 = next((r["kn5_valid"] for r in rows.values() if r), None)
     nanogpt = math.exp(NANOGPT_LOSS)
     lines = ["Validation perplexity per character on the notebook's split (the first 90% of the text trains, "
@@ -35,7 +37,7 @@ def tables(results: Path, specs: dict) -> str:
     if kn5 is not None:
         lines.append(f"| Kneser-Ney 5-gram, modified, interpolated (counted) | 4 |  | {kn5:.3f} | {math.log(kn5):.4f} "
                      "| +0.0% |  |  |  |")
-    for row, what in ((name, spec.what) for name, spec in specs.items()):
+    for row, what in ((name, specs[name].what) for name in rows):
         r = rows[row]
         if not r:
             lines.append(f"| {what} |  |  |  |  |  |  |  |  |")
@@ -51,8 +53,9 @@ def tables(results: Path, specs: dict) -> str:
     lines += ["", "Target: the modern NPLM below the Kneser-Ney 5-gram on the same validation split, "
               "toward nanoGPT's 4.35.", ""]
     lines += target_lines(rows, nanogpt, specs)
+    lines += heldout_lines(heldout, specs)
     for row, what in ((name, spec.what) for name, spec in specs.items()):
-        r = rows[row]
+        r = rows.get(row) or heldout.get(row)
         if not r:
             continue
         cuts = inner_cuts(r)
@@ -64,8 +67,33 @@ def tables(results: Path, specs: dict) -> str:
             train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
             lines.append(f"| {h['epoch']} | {train_ppl} | {h['valid_ppl']:.3f} | {h['tokens_per_s']:,.0f} | "
                          f"{h['epoch_time_s']:.1f} |")
-    lines += ["", *provenance_footnote(r for r in rows.values() if r)]
+    lines += ["", *provenance_footnote(r for r in [*rows.values(), *heldout.values()] if r)]
     return "\n".join(lines) + "\n"
+
+
+def heldout_lines(rows: dict[str, dict | None], specs: dict) -> list[str]:
+    """The rows trained again on the held-out split (80% train, 10% valid, the last 10% test, which no row's
+    choice saw), beside the KN5 counted on the same 80%: the test figures are the headline's."""
+    lines = ["", "### On a split that chose nothing", "",
+             "The rows above were chosen on the notebook's validation characters. The best of them, trained again "
+             "on the first 80% of the text (`corpus=tiny_shakespeare_heldout`), validated on the next 10% and tested "
+             "once on the last 10%, beside the KN5 counted on the same 80% (`nplm-mix CKPT --ngram kn5`); * = not "
+             "finished.", "",
+             "| model | valid ppl | test ppl | test bits per byte | test vs KN5 | KN5 valid / test | mixed with the KN5, "
+             "test | epochs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for row, r in rows.items():
+        if not r:
+            lines.append(f"| {specs[row].what} |  |  |  |  |  |  |  |")
+            continue
+        lines.append(f"| {specs[row].what}{row_marks(r)} | {r['valid']:.3f} | {r['test']:.3f} | {r['test_bpb']:.4f} | "
+                     f"{pct(r['test'], r['kn5_test'])} | {r['kn5_valid']:.3f} / {r['kn5_test']:.3f} | "
+                     f"{r['mix_test']:.3f} | {r['epochs']}{'' if finished(r) else '*'} / {r['best_epoch']} |")
+    return lines
+
+
+def heldout_headline(r: dict) -> str:
+    """The held-out row's test figure for the project README's table, beside the KN5's on the same characters."""
+    return f"{r['test']:.3f} (KN5 {r['kn5_test']:.3f})"
 
 
 def epoch_seconds(r: dict) -> float:
