@@ -239,3 +239,14 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, overrides, message):
                      f"paths.output_dir={tmp_path}/run", "logger.wandb=null")
     assert result.code == 2
     assert f"nplm: error: {message}" in result.err, result.err
+
+
+def test_the_default_batch_is_cut_to_the_streams_a_short_corpus_holds_and_said(tmp_path):
+    """data.batch_size left at the schema's default (128 windows) on toy's 3 blocks: 3 streams, a log line says so,
+    and the run's config and record say 3; typed, the same 128 is refused (above)."""
+    result = run_cli(train_main, "model=lstm", "corpus=toy", "trainer.max_epochs=1", f"paths.data_dir={tmp_path}/data",
+                     f"paths.output_dir={tmp_path}/run", "logger.wandb=null")
+    assert result.code == 0, result.err
+    assert ("data.batch_size=3: the 3 whole blocks of data.block_size=35 tokens in the train split of corpus 'toy' "
+            "(the default, 128 streams, is more than it holds; set data.batch_size to choose)") in result.out
+    assert "  batch_size: 3\n" in (tmp_path / "run" / "config.yaml").read_text()

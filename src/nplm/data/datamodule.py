@@ -70,7 +70,8 @@ class LMDataModule(pl.LightningDataModule):
 
     def __init__(self, corpus_cfg: dict, context_size: int, batch_size: int, eval_batch_size: int,
                  seed: int = 0, data_dir: str = "data_cache", vocab: Vocabulary | None = None,
-                 overfit_batches: int = 0, block_size: int | None = None, carries_state: bool = False):
+                 overfit_batches: int = 0, block_size: int | None = None, carries_state: bool = False,
+                 batch_size_chosen: bool = True):
         super().__init__()  # the values were checked against nplm.config.schema
         self.corpus_cfg = dict(corpus_cfg)
         self.context_size, self.batch_size, self.eval_batch_size = context_size, batch_size, eval_batch_size
@@ -81,6 +82,7 @@ class LMDataModule(pl.LightningDataModule):
         self.windows: dict[str, Windows] = {}
         self.block_size = block_size or None  # T; None: window batches
         self.carries_state = carries_state  # stream batches in order (a model that carries its state)
+        self.batch_size_chosen = batch_size_chosen  # False: the schema's default, cut to the streams a corpus holds
         if carries_state:
             self.eval_batch_size = 1  # each evaluation split as one stream
         self._on_device: dict[tuple, Windows | Blocks] = {}  # (split, device) -> the split's batches' source there
@@ -161,6 +163,11 @@ class LMDataModule(pl.LightningDataModule):
             raise UserError(f"data.block_size={self.block_size}: longer than the {predicted} tokens the train split "
                             f"of corpus '{cfg['name']}' predicts; use data.block_size <= {predicted}")
         whole = predicted // self.block_size if self.block_size else 0
+        if self.carries_state and whole < self.batch_size and not self.batch_size_chosen:
+            log.info("data.batch_size=%d: the %d whole blocks of data.block_size=%d tokens in the train split of corpus "
+                     "'%s' (the default, %d streams, is more than it holds; set data.batch_size to choose)", whole, whole,
+                     self.block_size, cfg["name"], self.batch_size)
+            self.batch_size = whole
         if self.carries_state and whole < self.batch_size:
             raise UserError(f"data.batch_size={self.batch_size}: more parallel streams than the {whole} blocks of "
                             f"data.block_size={self.block_size} tokens in the train split of corpus '{cfg['name']}' "

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 
+from nplm.config import CONF_DIR
 from nplm.config.schema import validate
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
@@ -127,6 +128,12 @@ def check_data_dir(folder: str) -> None:
                         "a folder you can write"))
 
 
+def batch_size_chosen(cfg: DictConfig, overrides: list[str]) -> bool:
+    """Whether data.batch_size was chosen (typed, or set by an experiment file) rather than the schema's default."""
+    typed = any(o.lstrip("+").split("=", 1)[0] == "data.batch_size" for o in overrides)
+    return typed or cfg.data.batch_size != OmegaConf.load(CONF_DIR / "train.yaml").data.batch_size
+
+
 def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
     """Remove this invocation's folder (`remove`: not when a multirun job resumed in it); in a multirun,
     leave a metrics.json saying why the job failed."""
@@ -152,8 +159,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     dm = LMDataModule(container(cfg.corpus), context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
                       overfit_batches=cfg.data.get("overfit_batches", 0), block_size=block_size,
-                      carries_state=carries_state)
+                      carries_state=carries_state, batch_size_chosen=batch_size_chosen(cfg, overrides or []))
     dm.setup()
+    cfg.data.batch_size = dm.batch_size  # (a default cut to the parallel streams a short corpus holds)
     check_same_data(out_dir, dm.files, resuming=ckpt is not None, sweep=is_multirun())
     dm.require_batches(cfg.trainer, processes)
     plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
