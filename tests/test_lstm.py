@@ -250,3 +250,29 @@ def test_the_default_batch_is_cut_to_the_streams_a_short_corpus_holds_and_said(t
     assert ("data.batch_size=3: the 3 whole blocks of data.block_size=35 tokens in the train split of corpus 'toy' "
             "(the default, 128 streams, is more than it holds; set data.batch_size to choose)") in result.out
     assert "  batch_size: 3\n" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_prompts_and_generation_read_the_whole_history_as_evaluation_does():
+    """nplm-predict's next-token distribution after a prompt, and nplm-generate's greedy continuation, are those of
+    the LSTM stepped token by token over the boundary token, the prompt and what was generated, from a zero state."""
+    from nplm.cli.generate import sample_ids
+    from nplm.inference.prompting import model_context, next_log_probs, prompt_vectors
+
+    module = language_model({"name": "softmax"}).eval()
+    model, prompt = module.model, [3, 5, 1, 7]
+
+    def stepped(ids: list[int]) -> torch.Tensor:  # log P(next | ids) [V], token by token
+        state = None
+        with torch.no_grad():
+            for i in ids:
+                out, state = model.lstm(model.E.weight[i].view(1, 1, -1), state)  # [1, 1, H]
+            return module.head.log_probs(out[:, 0])[0]
+
+    vectors, _ = prompt_vectors(module, " ".join(f"w{i}" for i in prompt))
+    history = [0, *prompt]  # the boundary token (w0: this vocabulary has no <eos>) and the prompt
+    torch.testing.assert_close(next_log_probs(module, model_context(module, vectors)), stepped(history))
+    assert not torch.allclose(next_log_probs(module, vectors[-1:]), stepped(history), atol=1e-4)  # not the last alone
+    greedy = sample_ids(module, " ".join(f"w{i}" for i in prompt), length=5, temperature=0)
+    for i in greedy:
+        assert i == int(stepped(history).argmax())
+        history.append(i)

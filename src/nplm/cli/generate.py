@@ -44,13 +44,13 @@ def sample_ids(module, prompt: str, length: int, temperature: float = 1.0, top_k
     the generated text re-encodes to exactly these ids."""
     import torch
 
-    from nplm.inference.prompting import canonical, next_log_probs, prompt_vectors, sample_next
+    from nplm.inference.prompting import canonical, model_context, next_log_probs, prompt_vectors, sample_next
 
     vectors, _ = prompt_vectors(module, prompt, oov)
-    k, C = module.model.context_size, module.model.input_embeddings()
+    C = module.model.input_embeddings()
     subword = module.vocab.subword
     line = _last_line(subword, subword.encode(prompt)) if subword is not None else []
-    context = list(vectors[-k:])
+    context = model_context(module, list(vectors))
     generator = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(length):
@@ -62,7 +62,7 @@ def sample_ids(module, prompt: str, length: int, temperature: float = 1.0, top_k
         out.append(i)
         if subword is not None:
             line = _last_line(subword, line + [i])
-        context = context[1:] + [C[i]]
+        context = model_context(module, context + [C[i]])
     return out
 
 

@@ -16,12 +16,11 @@ def predict(checkpoint: str, context: str, top_k: int = 10, oov: str = "unk") ->
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UserError(f"--top-k={top_k}: must be an integer >= 1")
     from nplm.training.checkpoint import load_model  # here: a bad flag is refused before torch and Lightning load
-    from nplm.inference.prompting import next_log_probs, prompt_vectors
+    from nplm.inference.prompting import model_context, next_log_probs, prompt_vectors
 
     module = load_model(checkpoint)
     vectors, _ = prompt_vectors(module, context, oov)
-    k = module.model.context_size
-    probs = next_log_probs(module, vectors[-k:]).exp()
+    probs = next_log_probs(module, model_context(module, vectors)).exp()
     top = probs.topk(min(top_k, probs.numel()))
     vocab = module.vocab
     text = (lambda i: vocab.subword.decode([i])) if vocab.subword is not None else vocab.tokens.__getitem__

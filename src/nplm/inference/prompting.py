@@ -29,9 +29,16 @@ def boundary_id(module: LanguageModel) -> int:
     return 0
 
 
+def model_context(module: LanguageModel, vectors):
+    """What the model reads to predict the next token, of the vectors so far (a list or `[n, m]`): its last k
+    (`context_size`), or every one for a model that carries its state (an LSTM: read from a zero state, as
+    evaluation reads a split from its first token)."""
+    return vectors if module.model.carries_state else vectors[-module.model.context_size:]
+
+
 @torch.no_grad()
 def next_log_probs(module: LanguageModel, context_vectors: torch.Tensor) -> torch.Tensor:
-    """Context vectors `[n-1, m]` -> log P(next token) `[V]`."""
+    """Context vectors `[n, m]` (`model_context`) -> log P(next token) `[V]`."""
     features = module.model.features_from_embeddings(context_vectors.unsqueeze(0))  # [1, F]
     return module.head.log_probs(features)[0]  # [V]
 
@@ -53,7 +60,7 @@ def prompt_vectors(module: LanguageModel, text: str, oov: str = "unk") -> tuple[
             vectors.append(C[vocab.unk_id])
         else:
             log.warning("unknown token %r in the prompt: using sum_i C(i) P(i | context)", tok)
-            p = next_log_probs(module, torch.stack(vectors[-k:])).exp()  # [V]
+            p = next_log_probs(module, torch.stack(model_context(module, vectors))).exp()  # [V]
             vectors.append(p @ C)  # [m]
     return torch.stack(vectors), tokens
 

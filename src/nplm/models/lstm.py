@@ -35,8 +35,8 @@ another size than the slot's state (or on another device) starts from zeros.
 Evaluation reads each split as one stream in blocks of T, one block per batch, the state carried
 (`data.eval_batch_size` is not used): each token's NLL is that of the model reading the whole split
 from its first token, the same as feeding it one token at a time (tests/test_lstm.py). Window mode
-(`forward`, [B, k] contexts: generation, prompts) runs the LSTM over the k = 1 context token from a zero
-state.
+(`forward`, [B, k] contexts) runs the LSTM over the context it is given from a zero state: nplm-predict and
+nplm-generate give it every token of the prompt and of what was generated (`inference.prompting.model_context`).
 """
 
 from __future__ import annotations
