@@ -68,8 +68,9 @@ TRAINER = Group(options={"": {
     "accelerator": Choice(options=("cpu", "gpu", "cuda", "mps", "auto")),
     "devices": AnyOf(rules=(Int(1), Choice(options=("auto",)), IntList(0)),
                      words="an integer >= 1, auto, or a list of device ids"),
+    # (not Lightning's old names 16 and bf16, which it runs as 16-mixed and bf16-mixed with a warning of its own)
     "num_nodes": Int(1), "strategy": Str(), "precision": Choice(options=(
-        "32-true", "32", 32, "64-true", "64", 64, "16-mixed", "16", 16, "bf16-mixed", "bf16", "bf16-true", "16-true")),
+        "32-true", "32", 32, "64-true", "64", 64, "16-mixed", "bf16-mixed", "bf16-true", "16-true")),
     "gradient_clip_val": Float(gt=0, nullable=True), "gradient_clip_algorithm": Choice(options=("norm", "value")),
     "log_every_n_steps": Int(1), "val_check_interval": AnyOf(rules=(Int(1), Float(gt=0, le=1)),
                                                              words="a fraction in (0, 1] of an epoch or a count >= 1"),
