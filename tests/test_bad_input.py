@@ -117,6 +117,9 @@ def text_files(tmp_path, train_text: bytes | None, valid_text: bytes = b"a b c d
      "head.div_value=4 leaves tail cluster 3 a 0-dimensional projection of the 40 features; lower head.div_value "
      "or use fewer cutoffs"),  # (F = 3 x 8 direct + 16 hidden; the tails: 40 // 4 = 10, 40 // 16 = 2, 40 // 64 = 0)
     ("stop_at=1", "stop_at=1: that time has passed; give a later Unix time"),
+    ("trainer.deterministic=true +trainer.benchmark=true",
+     "trainer.deterministic=true: torch ignores it while trainer.benchmark=true picks cuDNN's fastest algorithms; set "
+     "trainer.benchmark=false (or null), or trainer.deterministic=false"),
     ("trainer.precision=bf16", "^trainer.precision=bf16: must be one of: .*bf16-mixed"),  # Lightning's old names
     ("trainer.precision=16", "^trainer.precision=16: must be one of: .*16-mixed"),
     # what Lightning refuses when it makes the Trainer, and more CPU processes than cores

@@ -379,12 +379,22 @@ def _half_weights_need_a_larger_adam_eps(cfg: dict) -> str | None:
             "trainer.precision=bf16-true")
 
 
+def _determinism_needs_no_benchmark(cfg: dict) -> str | None:
+    """torch ignores deterministic cuDNN algorithms while cuDNN benchmarks them (Lightning only warns)."""
+    trainer = cfg["trainer"]
+    if not (trainer.get("deterministic") and trainer.get("benchmark")):
+        return None
+    return ("trainer.deterministic=true: torch ignores it while trainer.benchmark=true picks cuDNN's fastest "
+            "algorithms; set trainer.benchmark=false (or null), or trainer.deterministic=false")
+
+
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
                _carried_state_needs_one_process,
                _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
-               _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model)
+               _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model,
+               _determinism_needs_no_benchmark)
 
 
 def cpu_cores() -> int:
