@@ -246,8 +246,8 @@ def test_torch_compiles_own_graphs_are_a_config_override(capsys):
 def test_gpu_check_composes_every_run(capsys):
     import gpu_check
 
-    gpu_check.main(["--dry-run", "--models", "modern", "--no-compile"])
-    assert capsys.readouterr().out.strip().endswith("gpu_check: 16 runs composed (--dry-run: none trained)")
+    gpu_check.main(["--dry-run", "--models", "modern,lstm,transformer_n", "--no-compile"])
+    assert capsys.readouterr().out.strip().endswith("gpu_check: 48 runs composed (--dry-run: none trained)")
 
 
 @NEW_KEYS
@@ -277,4 +277,4 @@ def test_the_gpu_session_runs_a_part_on_the_cpu_and_refuses_an_unknown_one(tmp_p
     bad = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "--dry-run", "profile,nope"], capture_output=True,
                          text=True, env=env, timeout=300)
     assert (bad.returncode, bad.stdout) == (2, "gpu_session.sh: part nope: unknown; parts are step, compile, wt103, "
-                                             "capture, check, profile, profile_train\n")
+                                             "capture, check, successors, profile, profile_train\n")

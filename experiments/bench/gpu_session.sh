@@ -10,6 +10,8 @@
 #                  replayed under sync debug mode "error", against the eager step) (~1.5 min);
 #   check:         gpu_check.py --skip-tests --no-compile: every model x head x precision through nplm-train with
 #                  cuda_graphs=true and sync_debug=true, each run must replay its captured step (~4 min);
+#   successors:    the same for the LSTM, the Transformer and Transformer-N (the LSTM trains eagerly: the capture
+#                  refuses a model that carries its state) (~4 min);
 #   profile:       gpu_profile_train.py at the WikiText-103 shape with compile=true: the device's busy share and
 #                  the top kernels by device time (~2 min);
 #   profile_train: gpu_profile_train.py, brown at batch 256 with compile=true, against the plain captured loop
@@ -52,7 +54,7 @@ run() {  # run PART LIMIT ARGS...: one script of a part, its log in $DEST/PART.t
   return $rc
 }
 
-PART_NAMES="step compile wt103 capture check profile profile_train"
+PART_NAMES="step compile wt103 capture check successors profile profile_train"
 for part in ${PARTS//,/ }; do  # every part named is known before anything runs
   case " $PART_NAMES " in
     *" $part "*) ;;
@@ -74,7 +76,8 @@ for part in ${PARTS//,/ }; do
         > "$DEST/capture.txt" 2>&1
       rc=$?; echo "capture (pytest -k cuda): exit $rc after $(( $(date +%s) - START )) s"; tail -n 25 "$DEST/capture.txt"
       [ "$rc" = 0 ] ;;
-    check) run check 230 gpu_check.py --skip-tests --no-compile --steps 60 ;;
+    check) run check 230 gpu_check.py --skip-tests --no-compile --steps 60 --models nplm,lbl,modern ;;
+    successors) run successors 230 gpu_check.py --skip-tests --no-compile --steps 60 --models lstm,transformer,transformer_n ;;
     profile) run profile 200 gpu_profile_train.py --shape wikitext103 --compile --groups 4 --watch 2 ;;
     profile_train) run profile_train 220 gpu_profile_train.py --batch 256 --compile --reference ;;
   esac || failed=$((failed + 1))
