@@ -241,6 +241,7 @@ def test_bad_settings_are_refused_in_one_line(tmp_path, overrides, message):
     assert f"nplm: error: {message}" in result.err, result.err
 
 
+@pytest.mark.slow  # a toy run through nplm-train's command line
 def test_the_default_batch_is_cut_to_the_streams_a_short_corpus_holds_and_said(tmp_path):
     """data.batch_size left at the schema's default (128 windows) on toy's 3 blocks: 3 streams, a log line says so,
     and the run's config and record say 3; typed, the same 128 is refused (above)."""
