@@ -149,4 +149,6 @@ def test_the_held_out_rows_have_a_table_of_their_own_with_their_test_figures(tmp
             "4.590 / 5.630 | 5.100 | 9 / 7 |") in text
     assert "- not measured (no modern NPLM row has finished)" in text  # not a row of the notebook's split
     assert "| Kneser-Ney 5-gram, modified, interpolated (counted) |" not in text  # no KN5 of the notebook's split yet
+    assert ("held-out last 10%: valid -6.32% against the KN5 of the same split, test -7.64% (5.2000 against 5.6300); "
+            "mixed with it, test -9.41%.") in text
     assert run.report.heldout_headline(json.loads((tmp_path / f"{row}.json").read_text())) == "5.200 (KN5 5.630)"

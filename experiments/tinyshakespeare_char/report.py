@@ -88,6 +88,11 @@ def heldout_lines(rows: dict[str, dict | None], specs: dict) -> list[str]:
         lines.append(f"| {specs[row].what}{row_marks(r)} | {r['valid']:.3f} | {r['test']:.3f} | {r['test_bpb']:.4f} | "
                      f"{pct(r['test'], r['kn5_test'])} | {r['kn5_valid']:.3f} / {r['kn5_test']:.3f} | "
                      f"{r['mix_test']:.3f} | {r['epochs']}{'' if finished(r) else '*'} / {r['best_epoch']} |")
+    for row, r in rows.items():
+        if r and finished(r):
+            lines += ["", f"- {specs[row].what}{row_marks(r)}: valid {pct(r['valid'], r['kn5_valid'], 2)} against the "
+                          f"KN5 of the same split, test {pct(r['test'], r['kn5_test'], 2)} ({r['test']:.4f} against "
+                          f"{r['kn5_test']:.4f}); mixed with it, test {pct(r['mix_test'], r['kn5_test'], 2)}."]
     return lines
 
 
