@@ -33,8 +33,8 @@ the training loop calls at each log line and epoch end (where it reads the devic
 run with a one-line UserError naming head.training_path=all to resume it with. At an epoch's end each
 C_i grows by the most rows it overflowed in one batch (`overflow_peak`; `overflow_rows` counts them
 all); checkpoints keep the growth (`graph_sizes`, `restore_sizes`). `nll` (evaluation: batches in text
-order, whose mix of clusters varies far more) scores every cluster for every row there (`_log_prob_static`: a full softmax's
-FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
+order, whose mix of clusters varies far more) scores every cluster for every row there
+(`_log_prob_static`: a full softmax's FLOPs, forward only). `log_probs` is the exact full distribution. `path` forces `loss` onto one of
 the three ("torch", "all", "capacity"), on a CPU too; the config key `head.training_path` sets it
 (auto: as above; capacity; all: every cluster for every row, the same loss with more FLOPs and none of
 the grouping's small kernels, which a GPU may run faster at a small vocabulary: at |V| = 10,000 and
