@@ -133,3 +133,15 @@ def test_a_run_whose_test_perplexity_is_inf_is_not_finished(tmp_path):
                           "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.check_val_every_n_epoch=2",
                           "corpus.order=sorted", "model.tie_embeddings=false"))
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.slow  # trains (make test-fast stays fast)
+def test_a_sampled_training_loss_above_float32s_exp_range_is_a_finite_figure(tmp_path):
+    # an LSTM started from weights in [-10, 10] under NCE: a sampled loss of well over 88 nats a token, whose exp
+    # float32 cannot hold (train/ppl_sampled was inf in a finished run); float64 holds it to 709 nats
+    import math
+
+    metrics = train(compose_cfg(tmp_path, "corpus=toy", "corpus.min_count=3", "model=lstm", "model.hidden_dim=8",
+                                "model.init_scale=10", "head=nce", "head.num_samples=500", "trainer.max_epochs=1",
+                                "trainer.limit_train_batches=1"))
+    assert math.log(metrics["train/ppl_sampled"]) > 88 and math.isfinite(metrics["train/ppl_sampled"])

@@ -222,7 +222,7 @@ class LanguageModel(pl.LightningModule):
         seconds = self._clock.elapsed()
         nll_sum = self.trainer.strategy.reduce(self._epoch.loss, reduce_op="sum")
         tokens = self._epoch.tokens * self.trainer.world_size  # every rank trains as many batches
-        self.log(self.train_ppl_name, torch.exp(nll_sum / max(tokens, 1)).float(), sync_dist=True)
+        self.log(self.train_ppl_name, torch.exp(nll_sum.double() / max(tokens, 1)), sync_dist=True)  # (float64: > 88 nats)
         figures, self.flops = speed_figures(tokens, seconds, self.flops, self.trainer.world_size)
         for name, value in figures.items():  # tokens per second, MFU, epoch time
             self.log(name, value, sync_dist=True)
