@@ -9,7 +9,6 @@ and the mixture with the weight fitted by EM on validation (`nplm.inference.mixt
 
 from __future__ import annotations
 
-
 from nplm.cli import args as arg
 from nplm.errors import UserError, report_user_errors
 from nplm.ngram.specs import NGRAM_SPECS, parse_ngram_spec

@@ -168,7 +168,7 @@ class LMDataModule(pl.LightningDataModule):
                      "'%s' (the default, %d streams, is more than it holds; set data.batch_size to choose)", whole, whole,
                      self.block_size, cfg["name"], self.batch_size)
             self.batch_size = whole
-        if self.carries_state and whole < self.batch_size:
+        elif self.carries_state and whole < self.batch_size:
             raise UserError(f"data.batch_size={self.batch_size}: more parallel streams than the {whole} blocks of "
                             f"data.block_size={self.block_size} tokens in the train split of corpus '{cfg['name']}' "
                             f"(each stream needs one at least); use data.batch_size <= {whole}")

@@ -40,7 +40,8 @@ NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval"
                 "threads")  # (the record's machine.torch_threads says it)
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
+    """The key a command-line override sets (`+a.b=1`, `~a.b`: a.b)."""
     return override.split("=", 1)[0].lstrip("+~")
 
 
@@ -55,13 +56,13 @@ def job_overrides() -> list[str]:
 
 def training_overrides(overrides: list[str]) -> list[str]:
     """`overrides` without those in NOT_TRAINING, sorted (also for records written before a key joined it)."""
-    return sorted(o for o in overrides if _key(o) not in NOT_TRAINING)
+    return sorted(o for o in overrides if override_key(o) not in NOT_TRAINING)
 
 
 def override_changes(stored: list[str], current: list[str]) -> list[str]:
     """`key=old -> new` for every key set differently (`(default)` where one side leaves it unset)."""
-    old = {_key(o): o.split("=", 1)[-1] if "=" in o else o for o in stored}
-    new = {_key(o): o.split("=", 1)[-1] if "=" in o else o for o in current}
+    old = {override_key(o): o.split("=", 1)[-1] if "=" in o else o for o in stored}
+    new = {override_key(o): o.split("=", 1)[-1] if "=" in o else o for o in current}
     return [f"{k}={old.get(k, '(default)')} -> {new.get(k, '(default)')}"
             for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
 

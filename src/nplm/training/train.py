@@ -31,7 +31,7 @@ from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
 from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
-                                names_a_run, read_record, resolve_resume)
+                                names_a_run, override_key, read_record, resolve_resume)
 from nplm.training.checkpoint import DataFilesInCheckpoint, check_resumable_data, check_resumable_settings
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
@@ -130,7 +130,7 @@ def check_data_dir(folder: str) -> None:
 
 def batch_size_chosen(cfg: DictConfig, overrides: list[str]) -> bool:
     """Whether data.batch_size was chosen (typed, or set by an experiment file) rather than the schema's default."""
-    typed = any(o.lstrip("+").split("=", 1)[0] == "data.batch_size" for o in overrides)
+    typed = any(override_key(o) == "data.batch_size" for o in overrides)
     return typed or cfg.data.batch_size != OmegaConf.load(CONF_DIR / "train.yaml").data.batch_size
 
 
