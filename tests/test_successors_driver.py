@@ -47,9 +47,10 @@ def test_the_tables_come_from_the_result_files(tmp_path):
     result(tmp_path, "brown-lstm", 210.0, 200.0, git_commit="abcdef0123-dirty")
     result(tmp_path, "brown-lstm-nce", 230.0, 220.0, tokens_per_s=5000.0)
     text = run.report.tables(tmp_path)
-    assert ("| an LSTM, 2 layers of 256, tied adaptive softmax, AdamW† | 6,543,210 | 210.00 / 200.00 | 1.5000 | -20.0% "
+    assert ("| an LSTM, 2 layers of 384, tied adaptive softmax, AdamW† | 6,543,210 | 210.00 / 200.00 | 1.5000 | -20.0% "
             "| 9 / 7 | early stopping | 400 |") in text
-    assert "| the modern NPLM (`experiment=sun2021/brown`) |  |  |  |  |  |  |  |" in text  # not run yet
+    assert ("| the modern NPLM (`experiment=sun2021/brown`, experiments/bengio2003's run) |  |  |  |  |  |  |  |"
+            in text)  # not run yet
     assert "| nce | 220.00 | 5,000 |  |  |" in text and "| adaptive | 200.00† | 2,500 |  |  |" in text
     assert text.endswith("run the row again from a clean checkout to replace it.\n")
 
@@ -66,7 +67,59 @@ def test_every_row_composes_into_a_run_nplm_train_accepts(tmp_path):
             # Bengio et al.'s Brown split, or Tiny Shakespeare with a held-out test split
             assert (cfg.corpus.name, cfg.corpus.train_size) in {("brown", 800000), ("tiny_shakespeare", 0.8)}, name
     lstm = compose_cfg(tmp_path, *run.ROWS["brown-lstm-softmax"].overrides)
-    assert (lstm.model.name, lstm.head.name, lstm.model.hidden_dim) == ("lstm", "softmax", 256)
+    assert (lstm.model.name, lstm.head.name, lstm.model.hidden_dim) == ("lstm", "softmax", 384)
     zaremba = compose_cfg(tmp_path, *run.ROWS["brown-zaremba-small"].overrides)
     assert (zaremba.trainer.max_epochs, zaremba.model.hidden_dim, run.ROWS["brown-zaremba-small"].patience) == (13, 200,
                                                                                                                None)
+
+
+@pytest.mark.slow  # composes and builds the 11 models (about 4 s)
+def test_every_neural_row_has_its_corpus_nplm_parameters_within_five_percent(tmp_path):
+    """Matched parameter counts (model and head, a tied table once), as Sun & Iyyer compare their models; Zaremba
+    et al.'s small LSTM is the paper's and is left out."""
+    from omegaconf import OmegaConf
+
+    from nplm.data.vocabulary import Vocabulary
+    from nplm.training.module import LanguageModel
+
+    def parameters(name: str) -> int:
+        cfg = OmegaConf.to_container(compose_cfg(tmp_path, *run.report.MODELS[name][0]), resolve=True)
+        size = {"brown": 17_907, "tiny_shakespeare": 65}[cfg["corpus"]["name"]]  # |V| of the row's corpus
+        vocab = Vocabulary([f"w{i}" for i in range(size)], [size - i for i in range(size)], unk=None)
+        return sum(p.numel() for p in LanguageModel(cfg["model"], cfg["head"], cfg["optimizer"], vocab).parameters())
+
+    run = driver()
+    counts = {name: parameters(name) for name, (_, _, corpus) in run.report.MODELS.items()}
+    assert (counts["brown-modern"], counts["ts-modern"]) == (9_066_277, 1_781_633)  # bengio2003's sun2021-ema row
+    for name, count in counts.items():
+        if name != "brown-zaremba-small":
+            nplm = counts["brown-modern" if name.startswith("brown") else "ts-modern"]
+            assert abs(count / nplm - 1) < 0.05, (name, count, nplm)
+
+
+def test_a_row_another_experiment_trained_gets_its_test_bits_per_byte(tmp_path):
+    """brown-modern is experiments/bengio2003's sun2021-ema run (the same command): its figures copied, the test
+    split's bits per byte from the perplexity. A perplexity of 2^(bytes / tokens) is one bit per byte."""
+    import math
+
+    from replication import corpus_datamodule
+    from nplm.data.text_units import units_of_ids
+
+    run = driver()
+    dm = corpus_datamodule(["corpus=toy"])
+    units = units_of_ids(dm.vocab, dm.ids["test"])
+    result(tmp_path, "source", 10.0, 2 ** (units.bytes / len(dm.ids["test"])))
+    copied = run.same_run(tmp_path / "source.json", ["corpus=toy"])(1)
+    assert math.isclose(copied["test_bpb"], 1.0, rel_tol=1e-12) and copied["valid"] == 10.0
+    assert copied["same_run_as"] == str(tmp_path / "source.json")
+    with pytest.raises(SystemExit, match="missing.json: not there"):
+        run.same_run(tmp_path / "missing.json", ["corpus=toy"])(1)
+
+
+def test_brown_modern_is_the_command_the_bengio2003_run_trained(tmp_path):
+    run = driver()
+    source = json.loads((run.HERE.parent / "bengio2003" / "results" / "sun2021-ema.json").read_text())
+    assert source["command"].startswith("nplm-train ") and source["stopped_by"] == "early stopping"
+    theirs = compose_cfg(tmp_path, *source["command"].split()[1:])
+    assert theirs == compose_cfg(tmp_path, *run.report.MODELS["brown-modern"][0])
+    assert (theirs.callbacks.early_stopping_patience, theirs.trainer.max_epochs) == (run.PATIENCE, run.MAX_EPOCHS)

@@ -10,23 +10,27 @@ from pathlib import Path
 from replication import finished, load_result, pct, provenance_footnote, row_marks
 
 BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
-# Brown: the modern NPLM's recipe (experiment=sun2021/brown: width 256, the tied adaptive softmax, AdamW, the
-# weights' moving average) and the same width, head, optimizer and average for the LSTM and the Transformers
-LSTM_256 = ["model=lstm", "model.hidden_dim=256", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw",
+# Every neural row has the parameters of its corpus's modern NPLM recipe within 5% (tests/test_successors_driver.py),
+# but Zaremba et al.'s small LSTM, which is the paper's. Brown: the modern NPLM's recipe (experiment=sun2021/brown:
+# 9,066,277 parameters, width 256, the tied adaptive softmax, AdamW, the weights' moving average) and the same head,
+# optimizer and average for the LSTM (width 384) and the Transformers (sun2021/*_small)
+LSTM_384 = ["model=lstm", "model.hidden_dim=384", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw",
             "optimizer.lr=0.001", "optimizer.eps=1e-5", "optimizer.weight_decay=0.1", "data.block_size=35", "data.batch_size=20", "trainer.max_epochs=40", "callbacks.ema_decay=0.9995"]
 TIED_ADAPTIVE = ["model.tie_embeddings=true", "head=adaptive", "head.cutoffs=null", "head.div_value=1.0"]
-# Tiny Shakespeare's characters: width 128 as experiment=sun2021/tinyshakespeare_char's NPLM, the softmax
-CHAR_LSTM = ["model=lstm", "model.hidden_dim=128", "model.num_layers=2", "model.dropout=0.2", "head=softmax",
+# Tiny Shakespeare's characters: experiment=sun2021/tinyshakespeare_char's NPLM (1,781,633 parameters, width 128),
+# an LSTM of width 336, Transformers of width 192, the softmax
+CHAR_LSTM = ["model=lstm", "model.hidden_dim=336", "model.num_layers=2", "model.dropout=0.2", "head=softmax",
              "optimizer=adam", "optimizer.lr=0.001", "data.block_size=64", "data.batch_size=32",
              "trainer.max_epochs=30", "callbacks.ema_decay=0.9995"]
 NOT_ADAPTIVE = ["~head.div_value"]  # the adaptive head's key the small Transformers' experiment files set
-CHAR_TRANSFORMER = [*SHAKESPEARE, "head=softmax", *NOT_ADAPTIVE, "model.embed_dim=128", "model.hidden_dim=512",
-                    "model.context_size=64", "data.block_size=128"]
+CHAR_TRANSFORMER = [*SHAKESPEARE, "head=softmax", *NOT_ADAPTIVE, "model.embed_dim=192", "model.hidden_dim=768",
+                    "model.num_layers=4", "model.context_size=64", "data.block_size=128"]
 # name: (overrides, the table's words, its corpus); the neural rows train to early stopping but zaremba-small,
 # which trains its 13 epochs as the paper's schedule has it
 MODELS = {
-    "brown-modern": (["experiment=sun2021/brown"], "the modern NPLM (`experiment=sun2021/brown`)", "brown"),
-    "brown-lstm": ([*BROWN, *LSTM_256, *TIED_ADAPTIVE], "an LSTM, 2 layers of 256, tied adaptive softmax, AdamW",
+    "brown-modern": (["experiment=sun2021/brown"], "the modern NPLM (`experiment=sun2021/brown`, experiments/bengio2003's "
+                     "run)", "brown"),
+    "brown-lstm": ([*BROWN, *LSTM_384, *TIED_ADAPTIVE], "an LSTM, 2 layers of 384, tied adaptive softmax, AdamW",
                    "brown"),
     "brown-zaremba-small": (["experiment=zaremba2014/small", *BROWN],
                             "Zaremba et al.'s small LSTM (`experiment=zaremba2014/small`, its 13 epochs)", "brown"),
@@ -38,13 +42,15 @@ MODELS = {
                             "brown"),
     "ts-modern": (["experiment=sun2021/tinyshakespeare_char", *SHAKESPEARE],
                   "the modern NPLM (`experiment=sun2021/tinyshakespeare_char`)", "shakespeare"),
-    "ts-lstm": ([*SHAKESPEARE, *CHAR_LSTM], "an LSTM, 2 layers of 128, softmax, Adam", "shakespeare"),
-    "ts-transformer": (["experiment=sun2021/transformer_small", *CHAR_TRANSFORMER], "the Transformer, width 128",
-                       "shakespeare"),
-    "ts-transformer-n": (["experiment=sun2021/transformer_n_small", *CHAR_TRANSFORMER, "model.window=16",
-                          "model.summaries=4"], "Transformer-N, width 128", "shakespeare"),
-    "ts-transformer-c": (["experiment=sun2021/transformer_c_small", *CHAR_TRANSFORMER], "Transformer-C, width 128",
+    "ts-lstm": ([*SHAKESPEARE, *CHAR_LSTM], "an LSTM, 2 layers of 336, softmax, Adam", "shakespeare"),
+    "ts-transformer": (["experiment=sun2021/transformer_small", *CHAR_TRANSFORMER],
+                       "the Transformer, 4 layers of width 192", "shakespeare"),
+    "ts-transformer-n": (["experiment=sun2021/transformer_n_small", *CHAR_TRANSFORMER, "model.num_layers=3",
+                          "model.window=4", "model.summaries=1"],
+                         "Transformer-N, width 192: the concatenation (a window of 4, 1 average), 2 attention layers",
                          "shakespeare"),
+    "ts-transformer-c": (["experiment=sun2021/transformer_c_small", *CHAR_TRANSFORMER],
+                         "Transformer-C, 4 layers of width 192", "shakespeare"),
 }
 KN5 = {"brown": ("brown-kn5", BROWN), "shakespeare": ("ts-kn5", SHAKESPEARE)}
 CORPORA = {"brown": "Brown (Bengio et al.'s split, |V| = 17,907; per word)",
@@ -57,7 +63,7 @@ HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
          "adaptive": [],
          "importance_sampling": ["head=importance_sampling", "model.tie_embeddings=true"],
          "nce": ["head=nce", "model.tie_embeddings=true"]}
-HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_256], "brown-transformer": ["experiment=sun2021/transformer_small",
+HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_384], "brown-transformer": ["experiment=sun2021/transformer_small",
                                                                       *NOT_ADAPTIVE]}
 HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}

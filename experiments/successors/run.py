@@ -8,7 +8,7 @@ side by side on Brown's LSTM and Transformer.
     python experiments/successors/run.py --budget-s 3600        # every row stops by then; call again to go on
     python experiments/successors/run.py --report-only
 
-Rows (report.py): the models at the width of each corpus's modern NPLM recipe (Brown 256, characters 128), the
+Rows (report.py): the models at the parameter count of each corpus's modern NPLM recipe (within 5%), the
 same head, optimizer and weights' moving average where the model allows; `brown-zaremba-small` is Zaremba et al.'s
 small LSTM as published (its schedule: 13 epochs); `<base>-<head>` the output layers on the LSTM and the
 Transformer of Brown. Resumable: a finished row is skipped, a killed or budget-stopped one goes on from its last
@@ -18,6 +18,8 @@ INTRO.md with the tables written from the result files only.
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -60,10 +62,31 @@ def kn5(row: str, corpus: list[str]):
     return measure
 
 
+def same_run(path: Path, corpus: list[str]):
+    """A row that another experiment has trained with the same command and the same stopping rule (its result
+    file `path`, on `corpus`): that result, with the test split's bits per byte from its test perplexity (every
+    test token is scored, so the summed NLL is the tokens times the log of the perplexity)."""
+    def measure(threads: int) -> dict:
+        from nplm.data.text_units import figures, units_of_ids
+
+        if not path.exists():
+            raise SystemExit(f"{path}: not there; run its experiment's row first")
+        result = json.loads(path.read_text())
+        dm = corpus_datamodule(corpus)
+        test = dm.ids["test"]
+        units = units_of_ids(dm.vocab, test)
+        return {**result, "test_bpb": figures(len(test) * math.log(result["test"]), units)["bpb"],
+                "tokens_per_s": None, "same_run_as": str(path.relative_to(replication.ROOT) if path.is_relative_to(replication.ROOT) else path)}
+    return measure
+
+
 ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.values()},
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS,
                      patience=None if name == "brown-zaremba-small" else PATIENCE)
            for name, (overrides, what, _) in report.MODELS.items()},
+        # experiment=sun2021/brown as shipped, trained to early stopping (patience 2, at most 40 epochs) there
+        "brown-modern": Row(measure=same_run(HERE.parent / "bengio2003" / "results" / "sun2021-ema.json",
+                                             report.BROWN)),
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE)
            for name, (overrides, what, _) in report.HEAD_ROWS.items()}}
 DRIVER = Driver(HERE, ROWS, model_result, lambda: report.tables(DRIVER.results), margin_s=180,
