@@ -109,11 +109,11 @@ def test_a_row_another_experiment_trained_gets_its_test_bits_per_byte(tmp_path):
     dm = corpus_datamodule(["corpus=toy"])
     units = units_of_ids(dm.vocab, dm.ids["test"])
     result(tmp_path, "source", 10.0, 2 ** (units.bytes / len(dm.ids["test"])))
-    copied = run.same_run(tmp_path / "source.json", ["corpus=toy"])(1)
-    assert math.isclose(copied["test_bpb"], 1.0, rel_tol=1e-12) and copied["valid"] == 10.0
+    copied = run.same_run("copy", tmp_path / "source.json", ["corpus=toy"])(1)
+    assert math.isclose(copied["test_bpb"], 1.0, rel_tol=1e-12) and (copied["valid"], copied["row"]) == (10.0, "copy")
     assert copied["same_run_as"] == str(tmp_path / "source.json")
     with pytest.raises(SystemExit, match="missing.json: not there"):
-        run.same_run(tmp_path / "missing.json", ["corpus=toy"])(1)
+        run.same_run("copy", tmp_path / "missing.json", ["corpus=toy"])(1)
 
 
 def test_brown_modern_is_the_command_the_bengio2003_run_trained(tmp_path):

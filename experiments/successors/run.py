@@ -62,8 +62,8 @@ def kn5(row: str, corpus: list[str]):
     return measure
 
 
-def same_run(path: Path, corpus: list[str]):
-    """A row that another experiment has trained with the same command and the same stopping rule (its result
+def same_run(row: str, path: Path, corpus: list[str]):
+    """The row `row` that another experiment has trained with the same command and the same stopping rule (its result
     file `path`, on `corpus`): that result, with the test split's bits per byte from its test perplexity (every
     test token is scored, so the summed NLL is the tokens times the log of the perplexity)."""
     def measure(threads: int) -> dict:
@@ -75,8 +75,9 @@ def same_run(path: Path, corpus: list[str]):
         dm = corpus_datamodule(corpus)
         test = dm.ids["test"]
         units = units_of_ids(dm.vocab, test)
-        return {**result, "test_bpb": figures(len(test) * math.log(result["test"]), units)["bpb"],
-                "tokens_per_s": None, "same_run_as": str(path.relative_to(replication.ROOT) if path.is_relative_to(replication.ROOT) else path)}
+        where = path.relative_to(replication.ROOT) if path.is_relative_to(replication.ROOT) else path
+        return {**result, "row": row, "test_bpb": figures(len(test) * math.log(result["test"]), units)["bpb"],
+                "tokens_per_s": None, "same_run_as": str(where)}
     return measure
 
 
@@ -85,7 +86,7 @@ ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.v
                      patience=None if name == "brown-zaremba-small" else PATIENCE)
            for name, (overrides, what, _) in report.MODELS.items()},
         # experiment=sun2021/brown as shipped, trained to early stopping (patience 2, at most 40 epochs) there
-        "brown-modern": Row(measure=same_run(HERE.parent / "bengio2003" / "results" / "sun2021-ema.json",
+        "brown-modern": Row(measure=same_run("brown-modern", HERE.parent / "bengio2003/results/sun2021-ema.json",
                                              report.BROWN)),
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE)
            for name, (overrides, what, _) in report.HEAD_ROWS.items()}}
