@@ -100,7 +100,7 @@ def test_rows_beyond_capacity_and_spill_are_scored_exactly_on_a_cpu_and_the_capa
     f, target = features(64), all_in_cluster_3()
     torch.testing.assert_close(head.loss(f, target), torch_nll(head, f, target), rtol=0, atol=1e-10)
     assert head.fallback_batches == 1 and head.dropped_rows.item() == 0
-    with caplog.at_level("INFO", logger="nplm.heads.adaptive"):
+    with caplog.at_level("INFO", logger="nplm.heads.adaptive_capacity"):
         head.check_training(epoch_end=True)
     assert "head=adaptive: 1 training batches had rows beyond the capacities" in caplog.text
     assert head.fallback_batches == 0 and head.capacities(64)[2] == 64  # 18 + the 56 it overflowed by
