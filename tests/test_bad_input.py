@@ -354,6 +354,24 @@ def test_a_sweeps_jobs_are_those_of_hydras_basic_sweeper():
     assert sweep_jobs(optuna, _compose(optuna, CONF_DIR)) is None
 
 
+def test_a_deleted_key_is_deleted_in_the_check_before_the_run_and_in_each_sweep_job(tmp_path, monkeypatch):
+    """`~head.div_value` removes the key an experiment file sets for another head: the check before the run
+    composes with it (it had been left out, and the key then refused as unknown to head=softmax)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from nplm.cli.train import CONF_DIR, _compose, check_composition, sweep_jobs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # (check_composition sets it)
+    run = ["experiment=sun2021/transformer_small", "corpus=toy", "head=softmax", "~head.div_value"]
+    check_composition(run)
+    check_composition(["-m", *run[:2], "head=softmax,nce", "~head.div_value"])
+    jobs = sweep_jobs([*run[:2], "head=softmax,nce", "~head.div_value"], _compose(run, CONF_DIR))
+    assert [job[2:] for job in jobs] == [["head=softmax", "~head.div_value"], ["head=nce", "~head.div_value"]]
+    with pytest.raises(UserError, match=r"^head.div_value=1.0: unknown key of head=softmax"):
+        check_composition(run[:3])
+
+
 @pytest.mark.slow  # a sweep whose first job trains
 def test_in_a_multirun_a_job_whose_data_is_bad_fails_alone_and_records_its_error(tmp_path):
     (tmp_path / "train.txt").write_text("the cat sat on the mat\n" * 50)

@@ -55,13 +55,21 @@ def test_the_tables_come_from_the_result_files(tmp_path):
     assert text.endswith("run the row again from a clean checkout to replace it.\n")
 
 
-@pytest.mark.slow  # composes 25 rows (a quarter of a second each)
-def test_every_row_composes_into_a_run_nplm_train_accepts(tmp_path):
+@pytest.mark.slow  # composes 25 rows twice (a quarter of a second each)
+def test_every_row_composes_into_a_run_nplm_train_accepts(tmp_path, monkeypatch):
+    """nplm-train's own checks before the run (which once refused a row's ~head.div_value), then the schema."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from nplm.cli.train import check_composition, check_overrides
     from nplm.config.schema import validate
 
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)  # (check_composition sets it)
     run = driver()
     for name, row in run.ROWS.items():
         if row.overrides:
+            check_overrides(row.overrides)
+            check_composition(row.overrides)
             cfg = compose_cfg(tmp_path, *row.overrides)
             validate(cfg)
             # Bengio et al.'s Brown split, or Tiny Shakespeare with a held-out test split

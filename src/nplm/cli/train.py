@@ -126,14 +126,15 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     if any(a.startswith("-") for a in rest):  # --cfg, --hydra-help, ...: Hydra's own modes
         return
     folders = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra's own keys that are checked here (check_run_folder)
-    overrides = [a for a in rest if "=" in a and (not a.lstrip("+~").startswith("hydra") or a.split("=")[0] in folders)]
+    overrides = [a for a in rest if ("=" in a or a.startswith("~"))  # ~key: a deletion, with or without its value
+                 and (not a.lstrip("+~").startswith("hydra") or a.split("=")[0] in folders)]
     if not multirun:
         cfg = _compose(overrides, conf_dir)
         check_run_folder(cfg, multirun)
         _validate(cfg)
         check_subword_keys(overrides, cfg)
         return
-    firsts = {a: _simple_values(a.split("=", 1)[1]) for a in overrides}  # a sweep's first job, for its folder
+    firsts = {a: _simple_values(a.partition("=")[2]) for a in overrides}  # a sweep's first job, for its folder
     first = [a.split("=", 1)[0] + "=" + values[0] if (values := firsts[a]) else a
              for a in overrides if firsts[a] or "(" not in a]
     cfg = _compose(first, conf_dir)
@@ -194,7 +195,9 @@ def sweep_jobs(overrides: list[str], cfg) -> list[list[str]] | None:
     try:
         for override in OverridesParser.create().parse_overrides([*params, *overrides]):
             key = override.get_key_element()
-            if not override.is_sweep_override():
+            if override.is_delete():  # ~key (~key=value: deleted where it has that value), as typed
+                values[key] = [override.input_line]
+            elif not override.is_sweep_override():
                 values[key] = [f"{key}={override.get_value_element_as_str()}"]
             elif override.is_discrete_sweep():
                 values[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
