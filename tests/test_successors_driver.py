@@ -82,7 +82,7 @@ def test_every_row_composes_into_a_run_nplm_train_accepts(tmp_path, monkeypatch)
 
 
 @pytest.mark.slow  # composes and builds the 11 models (about 4 s)
-def test_every_neural_row_has_its_corpus_nplm_parameters_within_five_percent(tmp_path):
+def test_every_neural_row_has_its_corpus_nplm_parameters_and_averaging_horizon_within_five_percent(tmp_path):
     """Matched parameter counts (model and head, a tied table once), as Sun & Iyyer compare their models; Zaremba
     et al.'s small LSTM is the paper's and is left out."""
     from omegaconf import OmegaConf
@@ -96,7 +96,16 @@ def test_every_neural_row_has_its_corpus_nplm_parameters_within_five_percent(tmp
         vocab = Vocabulary([f"w{i}" for i in range(size)], [size - i for i in range(size)], unk=None)
         return sum(p.numel() for p in LanguageModel(cfg["model"], cfg["head"], cfg["optimizer"], vocab).parameters())
 
+    def ema_tokens(name: str) -> float:
+        """The moving average's time constant in training tokens: 1 / (1 - decay) steps of B (T) tokens."""
+        cfg = compose_cfg(tmp_path, *run.report.MODELS[name][0])
+        step = cfg.data.batch_size * (cfg.data.block_size or 1)  # windows: one token each; blocks or streams: T
+        return step / (1 - cfg.callbacks.ema_decay)
+
     run = driver()
+    horizons = {name: ema_tokens(name) for name in run.report.MODELS if name != "brown-zaremba-small"}
+    assert horizons["brown-modern"] == pytest.approx(512_000) and horizons["ts-modern"] == pytest.approx(512_000)
+    assert all(abs(h / 512_000 - 1) < 0.05 for h in horizons.values()), horizons  # the same horizon in tokens
     counts = {name: parameters(name) for name, (_, _, corpus) in run.report.MODELS.items()}
     assert (counts["brown-modern"], counts["ts-modern"]) == (9_066_277, 1_781_633)  # bengio2003's sun2021-ema row
     for name, count in counts.items():
