@@ -67,7 +67,7 @@ CONVERGED = "nplm-train 'experiment=[bengio2003/{},bengio2003/converged]' optimi
 # The published figures: Bengio et al. (2003) Table 1 (Brown, test); Morin & Bengio (2005) Tables 1 and 3;
 # Mnih & Hinton (2009) on APNews as quoted in experiments/mnih2009; Mnih & Teh (2012); the reference
 # notebook's validation perplexity (conf/experiment/tinyshakespeare_char.yaml); nanoGPT's README (best
-# validation loss 1.4697 nats per character, 2.120 bits per byte).
+# validation loss 1.4697 nats per character, 2.120 bits per byte); Zaremba et al. (2014) Table 1.
 ROWS = (
     Row(f"{BENGIO}, MLP1, `modern` recipe: test ppl", "nplm-train 'experiment=[bengio2003/mlp1,bengio2003/modern]'",
         ("bengio2003/modern-mlp1",), test_ppl, "268"),
@@ -82,6 +82,9 @@ ROWS = (
         test_ppl, "323"),
     Row("[Sun & Iyyer 2021](experiments/sun2021/README.md), modern NPLM, Bengio et al.'s Brown: test ppl",
         "nplm-train experiment=sun2021/brown", ("bengio2003/sun2021-ema",), test_ppl, "not in the paper"),
+    Row("[Zaremba et al. 2014](experiments/successors/README.md), the small LSTM, its 13 epochs on Bengio et al.'s "
+        "Brown: test ppl", "nplm-train experiment=zaremba2014/small corpus=brown_bengio2003",
+        ("successors/brown-zaremba-small",), test_ppl, "114.5 (the Penn Treebank)"),
     Row(f"{MORIN}, hierarchical softmax: training speed over the softmax's",
         "python experiments/morin2005/run.py --rows timing", ("morin2005/timing",),
         speed_up("hierarchical", "softmax"), "258x (1.2 GHz Athlon)"),
