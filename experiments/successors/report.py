@@ -18,14 +18,15 @@ BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_held
 # / 512,000
 LSTM_384 = ["model=lstm", "model.hidden_dim=384", "model.num_layers=2", "model.dropout=0.3", "optimizer=adamw",
             "optimizer.lr=0.001", "optimizer.eps=1e-5", "optimizer.weight_decay=0.1", "data.block_size=35",
-            "data.batch_size=20", "trainer.max_epochs=40", "callbacks.ema_decay=0.9986"]
+            "data.batch_size=20", "trainer.max_epochs=40", "callbacks.early_stopping_patience=2",
+            "callbacks.ema_decay=0.9986"]
 TIED_ADAPTIVE = ["model.tie_embeddings=true", "head=adaptive", "head.cutoffs=null", "head.div_value=1.0"]
 # Tiny Shakespeare's characters: experiment=sun2021/tinyshakespeare_char's NPLM (1,781,633 parameters, width 128),
 # an LSTM of width 336, Transformers of width 192; as the NPLM the softmax, Adam at 1e-3, dropout 0.2 and the weights'
 # moving average (the Transformers warm up over 500 steps, as on Brown)
 CHAR_LSTM = ["model=lstm", "model.hidden_dim=336", "model.num_layers=2", "model.dropout=0.2", "head=softmax",
              "optimizer=adam", "optimizer.lr=0.001", "data.block_size=64", "data.batch_size=32",
-             "trainer.max_epochs=30", "callbacks.ema_decay=0.996"]
+             "trainer.max_epochs=40", "callbacks.early_stopping_patience=2", "callbacks.ema_decay=0.996"]
 NOT_ADAPTIVE = ["~head.div_value"]  # the adaptive head's key the small Transformers' experiment files set
 CHAR_TRANSFORMER = [*SHAKESPEARE, "head=softmax", *NOT_ADAPTIVE, "model.embed_dim=192", "model.hidden_dim=768",
                     "model.num_layers=4", "model.context_size=64", "model.dropout=0.2", "data.block_size=128",
