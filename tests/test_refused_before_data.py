@@ -88,3 +88,4 @@ def test_keys_a_subword_vocabulary_makes_meaningless_are_refused(tmp_path, monke
                                         r"corpus.max_vocab out"):
         check_composition(argv)
     check_composition(["corpus=brown", "corpus.tokenizer=bpe", "corpus.vocab_size=300"])  # brown's own min_count: fine
+    check_composition(["corpus=toy", "corpus.tokenizer=bpe", "corpus.vocab_size=300", "~corpus.min_count"])  # deleting the key: fine

@@ -170,11 +170,12 @@ def check_subword_keys(overrides: list[str], cfg) -> None:
     """Refuse a vocabulary key typed on the command line that the composed run's learned subword vocabulary
     (corpus.tokenizer) makes meaningless (`SUBWORD_IGNORES`), rather than ignore it."""
     from nplm.data.corpora import SUBWORD_IGNORES
+    from nplm.tracking.runs import override_key
 
     tokenizer = cfg.corpus.get("tokenizer")
     for arg in overrides if tokenizer is not None else []:
-        key = arg.lstrip("+").split("=", 1)[0]
-        if key.startswith("corpus.") and key[len("corpus."):] in SUBWORD_IGNORES:
+        key = override_key(arg)  # (`~corpus.min_count` deletes the key: nothing to ignore)
+        if not arg.startswith("~") and key.startswith("corpus.") and key[len("corpus."):] in SUBWORD_IGNORES:
             raise UserError(f"{arg.lstrip('+')}: has no effect with corpus.tokenizer={tokenizer} (a vocabulary of "
                             f"corpus.vocab_size pieces learned on the training split); leave {key} out")
 
