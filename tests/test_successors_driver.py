@@ -51,8 +51,29 @@ def test_the_tables_come_from_the_result_files(tmp_path):
             "| 9 / 7 | early stopping | 400 |") in text
     assert ("| the modern NPLM (`experiment=sun2021/brown`, experiments/bengio2003's run) |  |  |  |  |  |  |  |"
             in text)  # not run yet
-    assert "| nce | 220.00 | 5,000 |  |  |" in text and "| adaptive | 200.00† | 2,500 |  |  |" in text
+    assert "| nce | 220.00 |  |  |  |  |  |" in text and "| adaptive | 200.00† |  |  |  |  |  |" in text
     assert text.endswith("run the row again from a clean checkout to replace it.\n")
+    # the speed columns come from the side-by-side measurement, not from the training runs
+    (tmp_path / "brown-heads-speed.json").write_text(json.dumps({
+        "tokens_per_s": {"brown-lstm": 2500.0, "brown-lstm-nce": 4000.0},
+        "ratio": {"brown-lstm": "1.00x (1.00-1.00)", "brown-lstm-nce": "1.60x (1.50-1.70)"},
+        "rounds": 3, "warmup": 3, "steps": 12, "machine": "m", "git_commit": "abcdef0123"}))
+    text = run.report.tables(tmp_path)
+    assert "| nce | 220.00 | 4,000 | 1.60x (1.50-1.70) |  |  |  |" in text
+    assert "| adaptive | 200.00† | 2,500 | 1.00x (1.00-1.00) |  |  |  |" in text
+    assert "(`--rows brown-heads-speed`: 3 rounds, the median;" in text
+
+
+def test_the_speed_row_times_every_head_row_beside_its_base_in_one_process(tmp_path):
+    run = driver()
+    assert set(run.report.SPEED_CONFIGS) == {*run.report.HEAD_ROWS, *run.report.HEAD_BASES}
+    assert run.report.SPEED_CONFIGS["brown-lstm"] == run.ROWS["brown-lstm"].overrides
+    assert run.report.SPEED_CONFIGS["brown-transformer-nce"] == run.ROWS["brown-transformer-nce"].overrides
+    toy = ["corpus=toy", "model=lstm", "data.block_size=8", "data.batch_size=4"]
+    got = run.speed.measure({"base": toy, "nce": [*toy, "head=nce"]}, {"base": "base", "nce": "base"}, threads=1,
+                            rounds=2, warmup=1, steps=2)
+    assert got["ratio"]["base"] == "1.00x (1.00-1.00)" and got["ratio"]["nce"].endswith(")")
+    assert all(rate > 0 for rate in got["tokens_per_s"].values()) and got["rounds"] == 2
 
 
 @pytest.mark.slow  # composes 25 rows twice (a quarter of a second each)

@@ -74,6 +74,9 @@ HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_384], "brown-transformer": ["experime
                                                                       *NOT_ADAPTIVE]}
 HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
+SPEED = "brown-heads-speed"  # the row that times every head row beside its base, in one process (speed.py)
+SPEED_BASE = {**{base: base for base in HEAD_BASES}, **{name: base for name, (_, _, base) in HEAD_ROWS.items()}}
+SPEED_CONFIGS = {name: MODELS[name][0] if name in HEAD_BASES else HEAD_ROWS[name][0] for name in SPEED_BASE}
 
 
 def ordering(results: Path, corpus: str) -> str:
@@ -113,22 +116,30 @@ def model_table(results: Path, corpus: str) -> list[str]:
 
 
 def head_table(results: Path) -> list[str]:
+    speed = load_result(results, SPEED)
     lines = ["The output layers on Brown's LSTM and Transformer (each row: the base row with its head changed; "
-             "adaptive is the base row itself): test perplexity, and training tokens per second against the base "
-             "row's, measured in the run (this machine, one run each).", "",
-             "| head | LSTM test | LSTM tokens/s | Transformer test | Transformer tokens/s |",
-             "|---|---:|---:|---:|---:|"]
+             "adaptive is the base row itself): test perplexity, and training tokens per second measured side by "
+             f"side in one process (`--rows {SPEED}`: {speed['rounds'] if speed else 'its'} rounds, the median; "
+             "the ratio to adaptive's, the median of the rounds' ratios and their range).", "",
+             "| head | LSTM test | LSTM tokens/s | vs adaptive | Transformer test | Transformer tokens/s | vs adaptive |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for head in HEADS:
         cells = []
         for base in HEAD_BASES:
-            r = load_result(results, base if head == "adaptive" else f"{base}-{head}")
-            cells += [f"{r['test']:.2f}{row_marks(r)}", f"{r['tokens_per_s']:,.0f}"] if r else ["", ""]
+            name = base if head == "adaptive" else f"{base}-{head}"
+            r = load_result(results, name)
+            cells.append(f"{r['test']:.2f}{row_marks(r)}" if r else "")
+            timed = speed and name in speed["tokens_per_s"]
+            cells += [f"{speed['tokens_per_s'][name]:,.0f}", speed["ratio"][name]] if timed else ["", ""]
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
+    if speed:
+        lines += ["", f"Speed measured on {speed['machine']}, {speed['warmup']} batches of warm-up then "
+                  f"{speed['steps']} timed, each config in turn."]
     return lines
 
 
 def tables(results: Path) -> str:
-    shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *(n for n, _ in KN5.values())]]
+    shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *(n for n, _ in KN5.values()), SPEED]]
     lines = ["Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM):", "",
              *(ordering(results, corpus) for corpus in CORPORA), ""]
     for corpus in CORPORA:

@@ -11,9 +11,10 @@ side by side on Brown's LSTM and Transformer.
 Rows (report.py): the models at the parameter count of each corpus's modern NPLM recipe (within 5%), the
 same head, optimizer and weights' moving average where the model allows; `brown-zaremba-small` is Zaremba et al.'s
 small LSTM as published (its schedule: 13 epochs); `<base>-<head>` the output layers on the LSTM and the
-Transformer of Brown. Resumable: a finished row is skipped, a killed or budget-stopped one goes on from its last
-checkpoint on the next call. Runs live in outputs/successors/<row>, results in results/<row>.json; README.md is
-INTRO.md with the tables written from the result files only.
+Transformer of Brown, `brown-heads-speed` their training speed side by side (speed.py). Resumable: a finished
+row is skipped, a killed or budget-stopped one goes on from its last checkpoint on the next call. Runs live in
+outputs/successors/<row>, results in results/<row>.json; README.md is INTRO.md with the tables written from the
+result files only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from replication import corpus_datamodule, machine, parameters, run_summary, sto
 
 HERE = Path(__file__).resolve().parent
 report = sibling(__file__, "report")
+speed = sibling(__file__, "speed")
 MAX_EPOCHS, PATIENCE = 40, 2
 
 
@@ -89,9 +91,12 @@ ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.v
         "brown-modern": Row(measure=same_run("brown-modern", HERE.parent / "bengio2003/results/sun2021-ema.json",
                                              report.BROWN)),
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE)
-           for name, (overrides, what, _) in report.HEAD_ROWS.items()}}
+           for name, (overrides, what, _) in report.HEAD_ROWS.items()},
+        report.SPEED: Row(measure=lambda threads: {
+            **speed.measure(report.SPEED_CONFIGS, report.SPEED_BASE, threads),
+            "command": f"python experiments/successors/run.py --rows {report.SPEED} --threads {threads}"})}
 DRIVER = Driver(HERE, ROWS, model_result, lambda: report.tables(DRIVER.results), margin_s=180,
-                said=lambda r: f"valid {r['valid']:.2f} test {r['test']:.2f}")
+                said=lambda r: f"valid {r['valid']:.2f} test {r['test']:.2f}" if "test" in r else "result written")
 
 if __name__ == "__main__":
     DRIVER.main(__doc__)
