@@ -282,7 +282,7 @@ def test_the_machine_line_names_the_gpu_where_the_run_had_one():
 
 def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tmp_path):
     """A new heads/x.py changes what runs (the registries import every module): untracked code counts;
-    result files that drivers write do not."""
+    result files that drivers write, and a shell script of one's own outside the code folders, do not."""
     import subprocess
     from nplm.tracking.provenance import checkout_state
 
@@ -301,8 +301,14 @@ def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tm
     (tmp_path / "experiments" / "e" / "results" / "row.json").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("not code\n")
     assert checkout_state(tmp_path) == (head, False)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "queue.sh").write_text("nplm-train\n")  # one's own script outside the code: clean
+    assert checkout_state(tmp_path) == (head, False) == checkout_state(tmp_path / "src")
+    (tmp_path / "experiments" / "e" / "go.sh").write_text("nplm-train\n")  # a new script among the experiments'
+    assert checkout_state(tmp_path) == (head, True) == checkout_state(tmp_path / "src")
+    (tmp_path / "experiments" / "e" / "go.sh").unlink()
     (tmp_path / "src" / "x.py").write_text("y = 2\n")  # untracked code
-    assert checkout_state(tmp_path) == (head, True)
+    assert checkout_state(tmp_path) == (head, True) == checkout_state(tmp_path / "src")
     (tmp_path / "src" / "x.py").unlink()
     (tmp_path / "src" / "a.py").write_text("x = 2\n")  # a tracked change
     assert checkout_state(tmp_path) == (head, True)
