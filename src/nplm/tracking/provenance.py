@@ -32,10 +32,10 @@ CODE_DIRS = ("src", "experiments")  # where an added .py or .sh file changes wha
 
 
 # What makes a checkout's runs differ from its commit: the package, its configs and the scripts that train
-# and report (the result files and tables they write are not code). Untracked files count in CODE_DIRS: the
-# registries import every module of their folder, so a new heads/x.py changes what runs; a shell script of
-# one's own elsewhere (logs/queue.sh) runs nothing the checkout holds, so it does not, as for a copy.
-CODE_PATHS = [":(top)src", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)**/*.sh"]
+# and report (the result files and tables they write are not code; the scripts live in CODE_DIRS, as for a
+# copy). Untracked files count: the registries import every module of their folder, so a new heads/x.py
+# changes what runs; a shell script of one's own elsewhere (logs/queue.sh) runs nothing the checkout holds.
+CODE_PATHS = [":(top)src", ":(top)pyproject.toml", ":(top,glob)experiments/**/*.py", ":(top,glob)experiments/**/*.sh"]
 
 
 def checkout_state(where: Path) -> tuple[str, bool] | None:
@@ -44,13 +44,10 @@ def checkout_state(where: Path) -> tuple[str, bool] | None:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS],
-                                cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS],
+                                 cwd=where, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    # "XY path" lines, relative to the checkout's root; "?? path" an untracked file
-    changed = [line for line in status.splitlines()
-               if not line.startswith("??") or line[3:].strip('"').split("/", 1)[0] in CODE_DIRS]
     return head, bool(changed)
 
 
