@@ -23,15 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository
 DATA_DIR = os.environ.get("NPLM_DATA_DIR", str(ROOT / "data_cache"))  # as conf/paths/default.yaml
 
 
-def corpus_datamodule(overrides: list[str]):
-    """The set-up DataModule of the corpus that `nplm-train *overrides` would train on."""
-    from hydra import compose, initialize_config_dir
+def compose(overrides: list[str]):
+    """The config `nplm-train *overrides` composes (unresolved: its run folders are set where it is trained)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
 
-    from nplm.data.datamodule import LMDataModule
     from nplm.config import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def corpus_datamodule(overrides: list[str]):
+    """The set-up DataModule of the corpus that `nplm-train *overrides` would train on."""
+    from nplm.data.datamodule import LMDataModule
+
+    cfg = compose(overrides)
     dm = LMDataModule(dict(cfg.corpus), cfg.model.context_size, 1, 1024, data_dir=DATA_DIR)
     dm.setup()
     return dm

@@ -81,9 +81,6 @@ def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: i
     """Training (forward, backward, Adam step; batch 256, autograd as nplm-train trains the LBL) and test
     (exact NLL; batch 1024) examples per second of the recipe's LBL with each output layer."""
     import torch
-    from hydra import compose, initialize_config_dir
-
-    from nplm.config import CONF_DIR
     from nplm.heads import build_head
     from nplm.models import build_model
     from nplm.optimizers import build_optimizer
@@ -92,8 +89,7 @@ def measure_timing(threads: int = 2, rounds: int = 3, steps: int = 20, warmup: i
     torch.set_num_threads(threads)
     dm = brown()
     V, counts = len(dm.vocab), dm.vocab.counts
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        model_cfg = dict(compose(config_name="train", overrides=LBL).model)
+    model_cfg = dict(replication.compose(LBL).model)
     tree = build_tree({"name": "random"}, TreeContext(dm.vocab, dm.ids["train"], counts, 0, DATA_DIR))
     train_batches, test_batches = timing_batches(dm, steps, warmup)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from bench import harness
-from replication import DATA_DIR, machine
+from replication import DATA_DIR, compose, machine
 
 # a short run: one epoch of `warmup + steps` batches, one validation and one test batch, no logger; one batch a
 # Lightning step (the batch hooks time each), whose own cost (milliseconds) is small beside these models' steps
@@ -45,14 +45,9 @@ class Clock(pl.Callback):
 def tokens_per_s(overrides: list[str], threads: int, warmup: int, steps: int) -> float:
     """Training tokens per second of `nplm-train *overrides` over `steps` batches after `warmup`, in a fresh
     folder (deleted after)."""
-    from hydra import compose, initialize_config_dir
-
-    from nplm.config import CONF_DIR
     from nplm.training.train import train
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*overrides, *SHORT, f"threads={threads}",
-                                                      f"trainer.limit_train_batches={warmup + steps}"])
+    cfg = compose([*overrides, *SHORT, f"threads={threads}", f"trainer.limit_train_batches={warmup + steps}"])
     clock = Clock(warmup)
     with tempfile.TemporaryDirectory() as folder:
         cfg.paths.output_dir, cfg.paths.data_dir = str(Path(folder) / "run"), DATA_DIR
