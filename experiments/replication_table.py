@@ -66,7 +66,8 @@ CONVERGED = "nplm-train 'experiment=[bengio2003/{},bengio2003/converged]' optimi
 
 # The published figures: Bengio et al. (2003) Table 1 (Brown, test); Morin & Bengio (2005) Tables 1 and 3;
 # Mnih & Hinton (2009) on APNews as quoted in experiments/mnih2009; Mnih & Teh (2012); the reference
-# notebook's validation perplexity (conf/experiment/tinyshakespeare_char.yaml); nanoGPT's README (best
+# notebook's validation perplexity (conf/experiment/tinyshakespeare_char.yaml); Sun & Iyyer (2021), WikiText-103
+# validation 24.1 (Transformer-N) and 25.0 (the Transformer); nanoGPT's README (best
 # validation loss 1.4697 nats per character, 2.120 bits per byte); Zaremba et al. (2014) Table 1.
 ROWS = (
     Row(f"{BENGIO}, MLP1, `modern` recipe: test ppl", "nplm-train 'experiment=[bengio2003/mlp1,bengio2003/modern]'",
@@ -82,6 +83,10 @@ ROWS = (
         test_ppl, "323"),
     Row("[Sun & Iyyer 2021](experiments/sun2021/README.md), modern NPLM, Bengio et al.'s Brown: test ppl",
         "nplm-train experiment=sun2021/brown", ("bengio2003/sun2021-ema",), test_ppl, "not in the paper"),
+    Row("[Sun & Iyyer 2021](experiments/successors/README.md), Transformer-N against the Transformer of its size, "
+        "Tiny Shakespeare characters: test ppl against the Transformer's", "python experiments/successors/run.py --rows "
+        "ts-transformer-n,ts-transformer", ("successors/ts-transformer-n", "successors/ts-transformer"),
+        lambda r: f"{test_gap(r)} (valid {pct(r[0]['valid'], r[1]['valid'])})", "valid -3.6% (WikiText-103)"),
     Row("[Zaremba et al. 2014](experiments/successors/README.md), the small LSTM, its 13 epochs on Bengio et al.'s "
         "Brown: test ppl", "nplm-train experiment=zaremba2014/small corpus=brown_bengio2003",
         ("successors/brown-zaremba-small",), test_ppl, "114.5 (the Penn Treebank)"),
