@@ -35,6 +35,9 @@ def test_the_ordering_is_said_from_finished_rows_only(tmp_path):
     result(tmp_path, "brown-transformer-n", 178.0, 169.29)
     assert ("- Brown: holds: Transformer-N 169.29, the Transformer 171.00 (-1.0% for Transformer-N), the modern NPLM "
             "190.00 (-10.0% for the Transformer), test perplexity") in run.report.tables(tmp_path)
+    result(tmp_path, "brown-transformer-c", 179.0, 172.71)
+    assert ("the modern NPLM 190.00 (-10.0% for the Transformer); Transformer-C 172.71 (+1.0% against the "
+            "Transformer), test perplexity") in run.report.tables(tmp_path)
     result(tmp_path, "ts-modern", 4.2, 4.1)
     result(tmp_path, "ts-transformer", 4.3, 4.2)
     result(tmp_path, "ts-transformer-n", 4.0, 3.9)

@@ -81,16 +81,20 @@ SPEED_CONFIGS = {name: MODELS[name][0] if name in HEAD_BASES else HEAD_ROWS[name
 
 def ordering(results: Path, corpus: str) -> str:
     """Whether Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM, in test
-    perplexity) holds on `corpus`, and by how much; "not measured" until the three rows have finished."""
+    perplexity) holds on `corpus`, and by how much; "not measured" until the three rows have finished. Transformer-C,
+    once finished, is given against the Transformer too."""
     prefix, name = "brown" if corpus == "brown" else "ts", CORPORA[corpus].split(" (")[0]
     got = {key: load_result(results, f"{prefix}-{key}") for key in ("transformer-n", "transformer", "modern")}
     if not all(r and finished(r) for r in got.values()):
         missing = ", ".join(f"{prefix}-{k}" for k, r in got.items() if not (r and finished(r)))
         return f"- {name}: not measured ({missing} not finished)"
     n, t, m = (got[k]["test"] for k in ("transformer-n", "transformer", "modern"))
+    local = load_result(results, f"{prefix}-transformer-c")
+    beside = (f"; Transformer-C {local['test']:.2f} ({pct(local['test'], t)} against the Transformer)"
+              if local and finished(local) else "")
     return (f"- {name}: {'holds' if n < t < m else 'does not hold'}: Transformer-N {n:.2f}, "
             f"the Transformer {t:.2f} ({pct(n, t)} for Transformer-N), the modern NPLM {m:.2f} ({pct(t, m)} for the "
-            "Transformer), test perplexity")
+            f"Transformer){beside}, test perplexity")
 
 
 def model_table(results: Path, corpus: str) -> list[str]:
