@@ -143,21 +143,41 @@ def test_every_neural_row_has_its_corpus_nplm_parameters_and_averaging_horizon_w
 
 def test_a_row_another_experiment_trained_gets_its_test_bits_per_byte(tmp_path):
     """brown-modern is experiments/bengio2003's sun2021-ema run (the same command): its figures copied, the test
-    split's bits per byte from the perplexity. A perplexity of 2^(bytes / tokens) is one bit per byte."""
+    split's bits per byte from the perplexity. A perplexity of 2^(bytes / tokens) is one bit per byte: the tokens
+    scored (117 of toy's 121: the first 4 are context) and the bytes of their words as written (407), as the
+    run's own test/bpb counts them, not those of the <unk> that 40 of the 121 become in a vocabulary of words
+    seen 3 times (465 rendered)."""
     import math
 
     from replication import corpus_datamodule
     from nplm.data.text_units import units_of_ids
 
     run = driver()
-    dm = corpus_datamodule(["corpus=toy"])
-    units = units_of_ids(dm.vocab, dm.ids["test"])
-    result(tmp_path, "source", 10.0, 2 ** (units.bytes / len(dm.ids["test"])))
-    copied = run.same_run("copy", tmp_path / "source.json", ["corpus=toy"])(1)
+    corpus = ["corpus=toy", "corpus.min_count=3"]
+    dm = corpus_datamodule(corpus)
+    units = dm.units["test"]
+    assert (units.tokens, units.bytes, units_of_ids(dm.vocab, dm.ids["test"]).bytes) == (117, 407, 465)
+    result(tmp_path, "source", 10.0, 2 ** (407 / 117))
+    copied = run.same_run("copy", tmp_path / "source.json", corpus)(1)
     assert math.isclose(copied["test_bpb"], 1.0, rel_tol=1e-12) and (copied["valid"], copied["row"]) == (10.0, "copy")
     assert copied["same_run_as"] == str(tmp_path / "source.json")
     with pytest.raises(SystemExit, match="missing.json: not there"):
         run.same_run("copy", tmp_path / "missing.json", ["corpus=toy"])(1)
+
+
+def test_the_kn5_rows_bits_per_byte_count_the_bytes_a_runs_test_bpb_counts():
+    """KN5's summed NLL over the tokens the neural windows score, over the bytes of those tokens' words as
+    written (407 on toy with words seen 3 times, not the 465 of their rendered <unk>)."""
+    import math
+
+    from replication import corpus_datamodule
+    from nplm.inference.mixture import build_ngram, ngram_log_probs
+
+    corpus = ["corpus=toy", "corpus.min_count=3"]
+    dm = corpus_datamodule(corpus)
+    nll = -float(ngram_log_probs(build_ngram("kn5", dm), dm, "test").sum())
+    row = driver().kn5("kn5", corpus)(1)
+    assert math.isclose(row["test_bpb"], nll / (407 * math.log(2)), rel_tol=1e-9)
 
 
 def test_brown_modern_is_the_command_the_bengio2003_run_trained(tmp_path):

@@ -50,14 +50,14 @@ def kn5(row: str, corpus: list[str]):
     """The row `row` that counts the modified Kneser-Ney 5-gram on the corpus's training split and scores its valid and
     test splits (perplexity, test bits per byte)."""
     def measure(threads: int) -> dict:
-        from nplm.data.text_units import figures, units_of_ids
+        from nplm.data.text_units import figures
         from nplm.inference.mixture import build_ngram, ngram_log_probs, perplexity
         from nplm.tracking.provenance import git_commit
 
         dm = corpus_datamodule(corpus)
         model = build_ngram("kn5", dm)
-        log_p = {split: ngram_log_probs(model, dm, split) for split in ("valid", "test")}
-        bpb = figures(-float(log_p["test"].sum()), units_of_ids(dm.vocab, dm.ids["test"]))["bpb"]
+        log_p = {split: ngram_log_probs(model, dm, split) for split in ("valid", "test")}  # the scored tokens'
+        bpb = figures(-float(log_p["test"].sum()), dm.units["test"])["bpb"]  # the bytes of their words as written
         return {"valid": perplexity(log_p["valid"]), "test": perplexity(log_p["test"]), "test_bpb": bpb,
                 "machine": machine(), "git_commit": git_commit(),
                 "command": f"python experiments/successors/run.py --rows {row}"}
@@ -66,19 +66,18 @@ def kn5(row: str, corpus: list[str]):
 
 def same_run(row: str, path: Path, corpus: list[str]):
     """The row `row` that another experiment has trained with the same command and the same stopping rule (its result
-    file `path`, on `corpus`): that result, with the test split's bits per byte from its test perplexity (every
-    test token is scored, so the summed NLL is the tokens times the log of the perplexity)."""
+    file `path`, on `corpus`): that result, with the test split's bits per byte from its test perplexity (the
+    summed NLL is the scored tokens times the log of the perplexity; the bytes those tokens' words have as
+    written, as a run's own `test/bpb` counts them, not those of the `<unk>` they became)."""
     def measure(threads: int) -> dict:
-        from nplm.data.text_units import figures, units_of_ids
+        from nplm.data.text_units import figures
 
         if not path.exists():
             raise SystemExit(f"{path}: not there; run its experiment's row first")
         result = json.loads(path.read_text())
-        dm = corpus_datamodule(corpus)
-        test = dm.ids["test"]
-        units = units_of_ids(dm.vocab, test)
+        units = corpus_datamodule(corpus).units["test"]
         where = path.relative_to(replication.ROOT) if path.is_relative_to(replication.ROOT) else path
-        return {**result, "row": row, "test_bpb": figures(len(test) * math.log(result["test"]), units)["bpb"],
+        return {**result, "row": row, "test_bpb": figures(units.tokens * math.log(result["test"]), units)["bpb"],
                 "tokens_per_s": None, "same_run_as": str(where)}
     return measure
 
