@@ -22,6 +22,7 @@ import replication
 from replication import ROOT, finished, load_result, write_result
 
 INTRO, MARKER = "INTRO.md", "<!-- tables -->\n"  # a README is INTRO.md with the tables at MARKER (or after it)
+HEADLINE = "<!-- headline -->\n"  # and, where a driver has one, its `headline()` (the verdicts) at HEADLINE
 
 
 class Wait(Exception):
@@ -48,7 +49,8 @@ class Row:
 @dataclass
 class Driver:
     """An experiment: its folder, its rows, what a finished run's result file keeps (`result(name, row, record)`),
-    the README's generated part (`tables()`, from `self.results`), and the line printed for a written result."""
+    the README's generated part (`tables()`, from `self.results`; `headline()`, the verdicts its first lines give),
+    and the line printed for a written result."""
 
     here: Path
     rows: dict[str, Row]
@@ -58,6 +60,7 @@ class Driver:
     margin_s: float = 120  # --budget-s: a row stops training this long before the end (its test pass, scoring)
     results: Path | None = None  # default: <here>/results
     runs: Path | None = None  # default: outputs/<here's name>
+    headline: Callable[[], str] | None = None
 
     def __post_init__(self):
         self.results = self.results or self.here / "results"
@@ -65,8 +68,14 @@ class Driver:
 
     # -- the README -----------------------------------------------------------------------------------------
     def readme(self) -> str:
-        """INTRO.md with the tables written from the result files at its MARKER, or after it."""
-        head, marker, notes = (self.here / INTRO).read_text().partition(MARKER)
+        """INTRO.md with the tables written from the result files at its MARKER, or after it, and the headline at
+        its HEADLINE."""
+        intro = (self.here / INTRO).read_text()
+        if self.headline:
+            if HEADLINE not in intro:
+                raise ValueError(f"{self.here / INTRO}: no {HEADLINE.strip()} line for the headline")
+            intro = intro.replace(HEADLINE, self.headline(), 1)
+        head, marker, notes = intro.partition(MARKER)
         return head + "\n" + self.tables() + ("\n" + notes if marker else "")
 
     # -- one row --------------------------------------------------------------------------------------------

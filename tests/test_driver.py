@@ -90,6 +90,11 @@ def test_rows_run_in_the_order_declared_and_the_readme_takes_the_tables_at_its_m
     assert driver.readme() == "# Toy\n\n\n| row |\n\nNotes.\n"
     (tmp_path / "INTRO.md").write_text("# Toy\n")
     assert driver.readme() == "# Toy\n\n| row |\n"
+    driver.headline = lambda: "It holds.\n"  # the verdicts, in the README's first lines
+    with pytest.raises(ValueError, match="INTRO.md: no <!-- headline --> line for the headline"):
+        driver.readme()
+    (tmp_path / "INTRO.md").write_text("# Toy\n\n<!-- headline -->\nWhy.\n<!-- tables -->\nNotes.\n")
+    assert driver.readme() == "# Toy\n\nIt holds.\nWhy.\n\n| row |\n\nNotes.\n"
 
 
 def test_a_sweep_job_is_the_one_job_of_the_sweep_that_sets_the_choice():

@@ -1,5 +1,5 @@
 """experiments/successors/run.py: every row composes into a run nplm-train accepts, and the README's tables and
-the ordering lines come from the result files alone."""
+its headline (Sun & Iyyer's ordering, Morin & Bengio's trade-off) come from the result files alone."""
 
 from __future__ import annotations
 
@@ -26,22 +26,44 @@ def result(folder: Path, row: str, valid: float, test: float, **extra) -> None:
 
 def test_the_ordering_is_said_from_finished_rows_only(tmp_path):
     run = driver()
-    text = run.report.tables(tmp_path)
+    text = run.report.headline(tmp_path)
     assert "- Brown: not measured (brown-transformer-n, brown-transformer, brown-modern not finished)" in text
     result(tmp_path, "brown-modern", 200.0, 190.0)
     result(tmp_path, "brown-transformer", 180.0, 171.0)
     result(tmp_path, "brown-transformer-n", 178.0, 169.29, converged=False)
-    assert "- Brown: not measured (brown-transformer-n not finished)" in run.report.tables(tmp_path)
+    assert "- Brown: not measured (brown-transformer-n not finished)" in run.report.headline(tmp_path)
     result(tmp_path, "brown-transformer-n", 178.0, 169.29)
     assert ("- Brown: holds: Transformer-N 169.29, the Transformer 171.00 (-1.0% for Transformer-N), the modern NPLM "
-            "190.00 (-10.0% for the Transformer), test perplexity") in run.report.tables(tmp_path)
+            "190.00 (-10.0% for the Transformer), test perplexity") in run.report.headline(tmp_path)
     result(tmp_path, "brown-transformer-c", 179.0, 172.71)
     assert ("the modern NPLM 190.00 (-10.0% for the Transformer); Transformer-C 172.71 (+1.0% against the "
-            "Transformer), test perplexity") in run.report.tables(tmp_path)
+            "Transformer), test perplexity") in run.report.headline(tmp_path)
     result(tmp_path, "ts-modern", 4.2, 4.1)
     result(tmp_path, "ts-transformer", 4.3, 4.2)
     result(tmp_path, "ts-transformer-n", 4.0, 3.9)
-    assert "- Tiny Shakespeare's characters: does not hold: Transformer-N 3.90" in run.report.tables(tmp_path)
+    assert "- Tiny Shakespeare's characters: does not hold: Transformer-N 3.90" in run.report.headline(tmp_path)
+
+
+def test_the_trade_off_is_said_from_finished_head_rows_and_the_side_by_side_speeds(tmp_path):
+    run = driver()
+    assert ("- Brown's LSTM: not measured (brown-lstm-softmax, brown-lstm-hierarchical, brown-heads-speed not "
+            "finished)") in run.report.headline(tmp_path)
+    (tmp_path / "brown-heads-speed.json").write_text(json.dumps({"tokens_per_s": {
+        "brown-lstm": 2000.0, "brown-lstm-softmax": 1000.0, "brown-lstm-hierarchical": 3000.0}}))
+    result(tmp_path, "brown-lstm-softmax", 190.0, 180.0)
+    result(tmp_path, "brown-lstm-hierarchical", 210.0, 198.0, stopped_by="time limit (3600 s)")
+    assert "- Brown's LSTM: not measured (brown-lstm-hierarchical not finished)" in run.report.headline(tmp_path)
+    result(tmp_path, "brown-lstm-hierarchical", 210.0, 198.0)
+    result(tmp_path, "brown-lstm", 185.0, 171.0)
+    assert ("- Brown's LSTM: holds: the hierarchical softmax trains 3.00x as fast as the softmax, test perplexity "
+            "198.00 against 180.00 (+10.0%); the other heads (speed, test perplexity against the softmax's): adaptive "
+            "2.00x, 171.00 (-5.0%); not finished: brown-lstm-class_based, brown-lstm-importance_sampling, "
+            "brown-lstm-nce") in run.report.headline(tmp_path)
+    result(tmp_path, "brown-lstm-hierarchical", 180.0, 171.0)  # faster at no cost: the trade-off is not there
+    assert ("- Brown's LSTM: does not hold: the hierarchical softmax trains 3.00x as fast as the softmax, test "
+            "perplexity 171.00 against 180.00 (-5.0%)") in run.report.headline(tmp_path)
+    assert ("- Brown's Transformer: not measured (brown-transformer-softmax, brown-transformer-hierarchical not "
+            "finished)") in run.report.headline(tmp_path)
 
 
 def test_the_tables_come_from_the_result_files(tmp_path):

@@ -1,7 +1,8 @@
 """The rows of experiments/successors (the NPLM beside the models that replaced it) and the README's tables at
 INTRO.md's marker, from the result files only: per corpus the modern NPLM, the LSTMs, the Transformer,
-Transformer-N and Transformer-C beside the Kneser-Ney 5-gram, whether Sun & Iyyer's ordering holds, and the
-output layers side by side on the LSTM and the Transformer."""
+Transformer-N and Transformer-C beside the Kneser-Ney 5-gram, and the output layers side by side on the LSTM and
+the Transformer; and the README's headline: whether Sun & Iyyer's ordering holds on each corpus, and whether Morin &
+Bengio's trade-off holds on the LSTM and the Transformer."""
 
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
          "nce": ["head=nce", "model.tie_embeddings=true"]}
 HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_384], "brown-transformer": ["experiment=sun2021/transformer_small",
                                                                       *NOT_ADAPTIVE]}
+BASE_WORDS = {"brown-lstm": "Brown's LSTM", "brown-transformer": "Brown's Transformer"}
 HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
 SPEED = "brown-heads-speed"  # the row that times every head row beside its base, in one process (speed.py)
@@ -95,6 +97,45 @@ def ordering(results: Path, corpus: str) -> str:
     return (f"- {name}: {'holds' if n < t < m else 'does not hold'}: Transformer-N {n:.2f}, "
             f"the Transformer {t:.2f} ({pct(n, t)} for Transformer-N), the modern NPLM {m:.2f} ({pct(t, m)} for the "
             f"Transformer){beside}, test perplexity")
+
+
+def head_row(base: str, head: str) -> str:
+    """The row of `base` (brown-lstm or brown-transformer) with `head`: the base row itself for the adaptive head."""
+    return base if head == "adaptive" else f"{base}-{head}"
+
+
+def trade_off(results: Path, base: str) -> str:
+    """Whether Morin & Bengio's trade-off holds on `base`: its hierarchical softmax trains faster than its softmax
+    (tokens per second, the medians of the side-by-side measurement) and pays in test perplexity; with every other
+    finished head's speed and test perplexity against the softmax's. "Not measured" until the softmax's and the
+    hierarchical softmax's rows have finished and the speeds are measured."""
+    speed = load_result(results, SPEED)
+    done = {head: r for head in HEADS if (r := load_result(results, head_row(base, head))) and finished(r)}
+    missing = [head_row(base, h) for h in ("softmax", "hierarchical") if h not in done]
+    missing += [] if speed else [SPEED]
+    if missing:
+        return f"- {BASE_WORDS[base]}: not measured ({', '.join(missing)} not finished)"
+    faster = {head: speed["tokens_per_s"][head_row(base, head)] / speed["tokens_per_s"][head_row(base, "softmax")]
+              for head in done}
+    test = {head: r["test"] for head, r in done.items()}
+    holds = faster["hierarchical"] > 1 and test["hierarchical"] > test["softmax"]
+    others = [f"{head} {faster[head]:.2f}x, {test[head]:.2f} ({pct(test[head], test['softmax'])})"
+              for head in done if head not in ("softmax", "hierarchical")]
+    waiting = [head_row(base, head) for head in HEADS if head not in done]
+    return (f"- {BASE_WORDS[base]}: {'holds' if holds else 'does not hold'}: the hierarchical softmax trains "
+            f"{faster['hierarchical']:.2f}x as fast as the softmax, test perplexity {test['hierarchical']:.2f} "
+            f"against {test['softmax']:.2f} ({pct(test['hierarchical'], test['softmax'])})"
+            + (f"; the other heads (speed, test perplexity against the softmax's): {'; '.join(others)}"
+               if others else "") + (f"; not finished: {', '.join(waiting)}" if waiting else ""))
+
+
+def headline(results: Path) -> str:
+    """The README's first lines: Sun & Iyyer's ordering on each corpus, Morin & Bengio's trade-off on each base."""
+    return "\n".join([
+        "Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM):", "",
+        *(ordering(results, corpus) for corpus in CORPORA), "",
+        "Morin & Bengio's trade-off (their hierarchical softmax trained 258x as fast as the softmax, for +13.0% test "
+        "perplexity: 220.7 against 195.3):", "", *(trade_off(results, base) for base in HEAD_BASES), ""]) + "\n"
 
 
 def model_table(results: Path, corpus: str) -> list[str]:
@@ -130,7 +171,7 @@ def head_table(results: Path) -> list[str]:
     for head in HEADS:
         cells = []
         for base in HEAD_BASES:
-            name = base if head == "adaptive" else f"{base}-{head}"
+            name = head_row(base, head)
             r = load_result(results, name)
             cells.append(f"{r['test']:.2f}{row_marks(r)}" if r else "")
             timed = speed and name in speed["tokens_per_s"]
@@ -144,8 +185,7 @@ def head_table(results: Path) -> list[str]:
 
 def tables(results: Path) -> str:
     shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *(n for n, _ in KN5.values()), SPEED]]
-    lines = ["Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM):", "",
-             *(ordering(results, corpus) for corpus in CORPORA), ""]
+    lines = []
     for corpus in CORPORA:
         lines += [*model_table(results, corpus), ""]
     lines += head_table(results)

@@ -96,6 +96,7 @@ ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.v
             **speed.measure(report.SPEED_CONFIGS, report.SPEED_BASE, threads),
             "command": f"python experiments/successors/run.py --rows {report.SPEED} --threads {threads}"})}
 DRIVER = Driver(HERE, ROWS, model_result, lambda: report.tables(DRIVER.results), margin_s=180,
+                headline=lambda: report.headline(DRIVER.results),
                 said=lambda r: f"valid {r['valid']:.2f} test {r['test']:.2f}" if "test" in r else "result written")
 
 if __name__ == "__main__":
