@@ -76,7 +76,8 @@ def test_the_tables_come_from_the_result_files(tmp_path):
             "| 9 / 7 | early stopping | 400 |") in text
     assert ("| the modern NPLM (`experiment=sun2021/brown`, experiments/bengio2003's run) |  |  |  |  |  |  |  |"
             in text)  # not run yet
-    assert "| nce | 220.00 |  |  |  |  |  |" in text and "| adaptive | 200.00† |  |  |  |  |  |" in text
+    assert "| Brown's LSTM | nce | 230.00 / 220.00 | 6,543,210 | 9 / 7 |  |  |" in text
+    assert "| Brown's LSTM | adaptive | 210.00 / 200.00† | 6,543,210 | 9 / 7 |  |  |" in text
     assert text.endswith("run the row again from a clean checkout to replace it.\n")
     # the speed columns come from the side-by-side measurement, not from the training runs
     (tmp_path / "brown-heads-speed.json").write_text(json.dumps({
@@ -84,8 +85,9 @@ def test_the_tables_come_from_the_result_files(tmp_path):
         "ratio": {"brown-lstm": "1.00x (1.00-1.00)", "brown-lstm-nce": "1.60x (1.50-1.70)"},
         "rounds": 3, "warmup": 3, "steps": 12, "machine": "m", "git_commit": "abcdef0123"}))
     text = run.report.tables(tmp_path)
-    assert "| nce | 220.00 | 4,000 | 1.60x (1.50-1.70) |  |  |  |" in text
-    assert "| adaptive | 200.00† | 2,500 | 1.00x (1.00-1.00) |  |  |  |" in text
+    assert "| Brown's LSTM | nce | 230.00 / 220.00 | 6,543,210 | 9 / 7 | 4,000 | 1.60x (1.50-1.70) |" in text
+    assert "| Brown's LSTM | adaptive | 210.00 / 200.00† | 6,543,210 | 9 / 7 | 2,500 | 1.00x (1.00-1.00) |" in text
+    assert "| Brown's Transformer | nce |  |  |  |  |  |" in text  # not run yet
     assert "(`--rows brown-heads-speed`: 3 rounds, the median;" in text
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replication import finished, load_result, pct, provenance_footnote, row_marks
+from replication import (UNFINISHED, finished, load_result, pct, provenance_footnote, provenance_mark,
+                         row_marks)
 
 BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
 # Every neural row has the parameters of its corpus's modern NPLM recipe within 5% (tests/test_successors_driver.py),
@@ -163,20 +164,22 @@ def model_table(results: Path, corpus: str) -> list[str]:
 def head_table(results: Path) -> list[str]:
     speed = load_result(results, SPEED)
     lines = ["The output layers on Brown's LSTM and Transformer (each row: the base row with its head changed; "
-             "adaptive is the base row itself): test perplexity, and training tokens per second measured side by "
-             f"side in one process (`--rows {SPEED}`: {speed['rounds'] if speed else 'its'} rounds, the median; "
-             "the ratio to adaptive's, the median of the rounds' ratios and their range).", "",
-             "| head | LSTM test | LSTM tokens/s | vs adaptive | Transformer test | Transformer tokens/s | vs adaptive |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for head in HEADS:
-        cells = []
-        for base in HEAD_BASES:
+             "adaptive is the base row itself): valid / test perplexity, parameters, epochs trained / best (* = not "
+             "finished), and training tokens per second measured side by side in one process "
+             f"(`--rows {SPEED}`: {speed['rounds'] if speed else 'its'} rounds, the median; the ratio to adaptive's, "
+             "the median of the rounds' ratios and their range); empty = not run yet.", "",
+             "| model | head | valid / test | parameters | epochs | tokens/s | vs adaptive |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for base in HEAD_BASES:
+        for head in HEADS:
             name = head_row(base, head)
             r = load_result(results, name)
-            cells.append(f"{r['test']:.2f}{row_marks(r)}" if r else "")
+            cells = ["", "", ""] if not r else [
+                f"{r['valid']:.2f} / {r['test']:.2f}{provenance_mark(r)}", f"{r['parameters']:,}",
+                f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else UNFINISHED}"]
             timed = speed and name in speed["tokens_per_s"]
             cells += [f"{speed['tokens_per_s'][name]:,.0f}", speed["ratio"][name]] if timed else ["", ""]
-        lines.append(f"| {head} | " + " | ".join(cells) + " |")
+            lines.append(f"| {BASE_WORDS[base]} | {head} | " + " | ".join(cells) + " |")
     if speed:
         lines += ["", f"Speed measured on {speed['machine']}, {speed['warmup']} batches of warm-up then "
                   f"{speed['steps']} timed, each config in turn."]
