@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from replication import (UNFINISHED, finished, load_result, pct, provenance_footnote, provenance_mark,
-                         row_marks)
+                         row_marks, valid_test)
 
 BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
 # Every neural row has the parameters of its corpus's modern NPLM recipe within 5% (tests/test_successors_driver.py),
@@ -139,6 +139,11 @@ def headline(results: Path) -> str:
         "perplexity: 220.7 against 195.3):", "", *(trade_off(results, base) for base in HEAD_BASES), ""]) + "\n"
 
 
+def epochs_cell(r: dict) -> str:
+    """A trained row's "epochs trained / best" cell, marked UNFINISHED where the row did not finish."""
+    return f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else UNFINISHED}"
+
+
 def model_table(results: Path, corpus: str) -> list[str]:
     kn5_name, _ = KN5[corpus]
     kn5 = load_result(results, kn5_name)
@@ -154,8 +159,8 @@ def model_table(results: Path, corpus: str) -> list[str]:
             continue
         r = load_result(results, name)
         cells = [""] * 7 if not r else [
-            f"{r['parameters']:,}", f"{r['valid']:.2f} / {r['test']:.2f}", f"{r['test_bpb']:.4f}",
-            pct(r["test"], kn5["test"]) if kn5 else "", f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else '*'}",
+            f"{r['parameters']:,}", valid_test(r["valid"], r["test"], 2), f"{r['test_bpb']:.4f}",
+            pct(r["test"], kn5["test"]) if kn5 else "", epochs_cell(r),
             r["stopped_by"], f"{r['train_s_per_epoch']:.0f}"]
         lines.append("| " + " | ".join([what + (row_marks(r) if r else ""), *cells]) + " |")
     return lines
@@ -175,8 +180,7 @@ def head_table(results: Path) -> list[str]:
             name = head_row(base, head)
             r = load_result(results, name)
             cells = ["", "", ""] if not r else [
-                f"{r['valid']:.2f} / {r['test']:.2f}{provenance_mark(r)}", f"{r['parameters']:,}",
-                f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else UNFINISHED}"]
+                valid_test(r["valid"], r["test"], 2) + provenance_mark(r), f"{r['parameters']:,}", epochs_cell(r)]
             timed = speed and name in speed["tokens_per_s"]
             cells += [f"{speed['tokens_per_s'][name]:,.0f}", speed["ratio"][name]] if timed else ["", ""]
             lines.append(f"| {BASE_WORDS[base]} | {head} | " + " | ".join(cells) + " |")
