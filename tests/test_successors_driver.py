@@ -57,13 +57,20 @@ def test_the_trade_off_is_said_from_finished_head_rows_and_the_side_by_side_spee
     result(tmp_path, "brown-lstm", 185.0, 171.0)
     assert ("- Brown's LSTM: holds: the hierarchical softmax trains 3.00x as fast as the softmax, test perplexity "
             "198.00 against 180.00 (+10.0%); the other heads (speed, test perplexity against the softmax's): adaptive "
-            "2.00x, 171.00 (-5.0%); not finished: brown-lstm-class_based, brown-lstm-importance_sampling, "
-            "brown-lstm-nce") in run.report.headline(tmp_path)
+            "2.00x, 171.00 (-5.0%); not finished: brown-lstm-hierarchical-logistic, brown-lstm-class_based, "
+            "brown-lstm-importance_sampling, brown-lstm-nce") in run.report.headline(tmp_path)
+    result(tmp_path, "brown-lstm-hierarchical-logistic", 200.0, 189.0)  # finished after the speeds were measured
+    assert ("against the softmax's): hierarchical-logistic (speed not measured), 189.00 (+5.0%); adaptive 2.00x, "
+            "171.00 (-5.0%); not finished") in run.report.headline(tmp_path)
     result(tmp_path, "brown-lstm-hierarchical", 180.0, 171.0)  # faster at no cost: the trade-off is not there
     assert ("- Brown's LSTM: does not hold: the hierarchical softmax trains 3.00x as fast as the softmax, test "
             "perplexity 171.00 against 180.00 (-5.0%)") in run.report.headline(tmp_path)
     assert ("- Brown's Transformer: not measured (brown-transformer-softmax, brown-transformer-hierarchical not "
             "finished)") in run.report.headline(tmp_path)
+    result(tmp_path, "brown-transformer-softmax", 200.0, 190.0)
+    result(tmp_path, "brown-transformer-hierarchical", 220.0, 210.0)  # finished, but not in the speed file
+    assert ("- Brown's Transformer: not measured (brown-heads-speed has no brown-transformer-softmax, "
+            "brown-transformer-hierarchical: run it again)") in run.report.headline(tmp_path)
 
 
 def test_the_tables_come_from_the_result_files(tmp_path):

@@ -68,6 +68,9 @@ CORPORA = {"brown": "Brown (Bengio et al.'s split, |V| = 17,907; per word)",
 # the output layers on the recurrent and the attention rows of Brown: (row, head overrides)
 HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
          "hierarchical": ["head=hierarchical", "tree=huffman", "model.tie_embeddings=false"],
+         # the same tree, word2vec's node (Mnih & Hinton 2009): b_n + q_n . f instead of Morin & Bengio's node network
+         "hierarchical-logistic": ["head=hierarchical", "tree=huffman", "head.node_form=logistic",
+                                   "model.tie_embeddings=false"],
          "class_based": ["head=class_based", "model.tie_embeddings=false"],
          "adaptive": [],
          "importance_sampling": ["head=importance_sampling", "model.tie_embeddings=true"],
@@ -116,12 +119,16 @@ def trade_off(results: Path, base: str) -> str:
     missing += [] if speed else [SPEED]
     if missing:
         return f"- {BASE_WORDS[base]}: not measured ({', '.join(missing)} not finished)"
-    faster = {head: speed["tokens_per_s"][head_row(base, head)] / speed["tokens_per_s"][head_row(base, "softmax")]
-              for head in done}
+    timed = speed["tokens_per_s"]
+    untimed = [head_row(base, h) for h in ("softmax", "hierarchical") if head_row(base, h) not in timed]
+    if untimed:
+        return f"- {BASE_WORDS[base]}: not measured ({SPEED} has no {', '.join(untimed)}: run it again)"
+    faster = {head: timed[head_row(base, head)] / timed[head_row(base, "softmax")]
+              for head in done if head_row(base, head) in timed}
     test = {head: r["test"] for head, r in done.items()}
     holds = faster["hierarchical"] > 1 and test["hierarchical"] > test["softmax"]
-    others = [f"{head} {faster[head]:.2f}x, {test[head]:.2f} ({pct(test[head], test['softmax'])})"
-              for head in done if head not in ("softmax", "hierarchical")]
+    others = [f"{head} {f'{faster[head]:.2f}x' if head in faster else '(speed not measured)'}, {test[head]:.2f} "
+              f"({pct(test[head], test['softmax'])})" for head in done if head not in ("softmax", "hierarchical")]
     waiting = [head_row(base, head) for head in HEADS if head not in done]
     return (f"- {BASE_WORDS[base]}: {'holds' if holds else 'does not hold'}: the hierarchical softmax trains "
             f"{faster['hierarchical']:.2f}x as fast as the softmax, test perplexity {test['hierarchical']:.2f} "
