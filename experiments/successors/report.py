@@ -111,8 +111,8 @@ def head_row(base: str, head: str) -> str:
 def trade_off(results: Path, base: str) -> str:
     """Whether Morin & Bengio's trade-off holds on `base`: its hierarchical softmax trains faster than its softmax
     (tokens per second, the medians of the side-by-side measurement) and pays in test perplexity; with every other
-    finished head's speed and test perplexity against the softmax's. "Not measured" until the softmax's and the
-    hierarchical softmax's rows have finished and the speeds are measured."""
+    finished head's speed (where the speed file times it) and test perplexity against the softmax's. "Not measured"
+    until the softmax's and the hierarchical softmax's rows have finished and the speed file times both."""
     speed = load_result(results, SPEED)
     done = {head: r for head in HEADS if (r := load_result(results, head_row(base, head))) and finished(r)}
     missing = [head_row(base, h) for h in ("softmax", "hierarchical") if h not in done]
