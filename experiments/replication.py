@@ -235,7 +235,8 @@ def seconds_per_epoch(epoch_times: list[float], cut: bool | list[int]) -> float:
 def machine_line(machine: dict) -> str:
     """A run record's machine in words: platform, CPUs, torch threads, and its GPU where it had one."""
     gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
-    return f"{machine['platform']}, {machine['cpus']} CPUs, {machine['torch_threads']} torch threads{gpu}"
+    threads = machine["torch_threads"]
+    return f"{machine['platform']}, {machine['cpus']} CPUs, {threads} torch thread{'s' * (threads != 1)}{gpu}"
 
 
 def run_summary(record: dict, command: str) -> dict:

@@ -275,10 +275,10 @@ def test_the_machine_line_names_the_gpu_where_the_run_had_one():
     from replication import machine_line
 
     cpu = {"platform": "Linux-6.18", "cpus": 2, "torch_threads": 1, "gpu": None}
-    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch threads"
-    assert machine_line({**cpu, "gpu": "NVIDIA H200"}) == "Linux-6.18, 2 CPUs, 1 torch threads, GPU NVIDIA H200"
+    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch thread"
+    assert machine_line({**cpu, "gpu": "NVIDIA H200"}) == "Linux-6.18, 2 CPUs, 1 torch thread, GPU NVIDIA H200"
     del cpu["gpu"]  # records written before the key existed
-    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch threads"
+    assert machine_line({**cpu, "torch_threads": 2}) == "Linux-6.18, 2 CPUs, 2 torch threads"
 
 
 def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tmp_path):

@@ -105,7 +105,8 @@ def machine_detail() -> str:
 
     cpu = device_name(torch.device("cpu"))
     load = f", load average {os.getloadavg()[0]:.2f} at the start" if hasattr(os, "getloadavg") else ""
-    return f"{cpu}, {os.cpu_count()} CPUs{load}; torch {torch.__version__}, {torch.get_num_threads()} torch threads"
+    threads = torch.get_num_threads()
+    return f"{cpu}, {os.cpu_count()} CPUs{load}; torch {torch.__version__}, {threads} torch thread{'s' * (threads != 1)}"
 
 
 def command() -> str:
