@@ -60,10 +60,16 @@ def class_ngram(num_classes: int, dm, order: int = 3):
     return min(models, key=lambda m: perplexity(ngram_log_probs(m, dm, "valid")))
 
 
+def count(n: int, noun: str) -> str:
+    """`n` and its noun, plural unless n is 1: count(1, "torch thread") = "1 torch thread"."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def machine() -> str:
     import torch
 
-    return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {torch.get_num_threads()} threads"
+    threads = count(torch.get_num_threads(), "thread")
+    return f"{platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} with {threads}"
 
 
 def read_record(run_dir: Path) -> dict | None:
@@ -235,8 +241,7 @@ def seconds_per_epoch(epoch_times: list[float], cut: bool | list[int]) -> float:
 def machine_line(machine: dict) -> str:
     """A run record's machine in words: platform, CPUs, torch threads, and its GPU where it had one."""
     gpu = f", GPU {machine['gpu']}" if machine.get("gpu") else ""
-    threads = machine["torch_threads"]
-    return f"{machine['platform']}, {machine['cpus']} CPUs, {threads} torch thread{'s' * (threads != 1)}{gpu}"
+    return f"{machine['platform']}, {machine['cpus']} CPUs, {count(machine['torch_threads'], 'torch thread')}{gpu}"
 
 
 def run_summary(record: dict, command: str) -> dict:

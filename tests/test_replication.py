@@ -278,7 +278,18 @@ def test_the_machine_line_names_the_gpu_where_the_run_had_one():
     assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch thread"
     assert machine_line({**cpu, "gpu": "NVIDIA H200"}) == "Linux-6.18, 2 CPUs, 1 torch thread, GPU NVIDIA H200"
     del cpu["gpu"]  # records written before the key existed
+    assert machine_line(cpu) == "Linux-6.18, 2 CPUs, 1 torch thread"
     assert machine_line({**cpu, "torch_threads": 2}) == "Linux-6.18, 2 CPUs, 2 torch threads"
+
+
+def test_the_speed_machine_line_counts_its_threads_in_words(monkeypatch):
+    import torch
+    from replication import machine
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert machine().endswith(f"torch {torch.__version__} with 1 thread")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert machine().endswith(f"torch {torch.__version__} with 2 threads")
 
 
 def test_the_checkout_is_dirty_when_its_code_differs_untracked_files_included(tmp_path):
