@@ -62,6 +62,16 @@ def test_the_trade_off_is_said_from_finished_head_rows_and_the_side_by_side_spee
     result(tmp_path, "brown-lstm-hierarchical-logistic", 200.0, 189.0)  # finished after the speeds were measured
     assert ("against the softmax's): hierarchical-logistic (speed not measured), 189.00 (+5.0%); adaptive 2.00x, "
             "171.00 (-5.0%); not finished") in run.report.headline(tmp_path)
+    (tmp_path / "brown-heads-speed.json").write_text(json.dumps({"tokens_per_s": {
+        "brown-lstm": 2000.0, "brown-lstm-softmax": 1000.0, "brown-lstm-hierarchical": 3000.0,
+        "brown-lstm-nce": 3100.0, "brown-lstm-importance_sampling": 3200.0}}))
+    result(tmp_path, "brown-lstm-nce", 200.0, 185.0)
+    result(tmp_path, "brown-lstm-importance_sampling", 190.0, 181.0)
+    assert ("- Brown's LSTM: holds, but is dominated: the hierarchical softmax trains 3.00x as fast as the softmax, "
+            "test perplexity 198.00 against 180.00 (+10.0%); faster by the medians and lower in test perplexity: "
+            "importance_sampling (3.20x, 181.00), nce (3.10x, 185.00); the other heads") in run.report.headline(tmp_path)
+    result(tmp_path, "brown-lstm-nce", 200.0, 199.0)  # faster, but no better: not a dominating head
+    assert "test perplexity: importance_sampling (3.20x, 181.00); the other heads" in run.report.headline(tmp_path)
     result(tmp_path, "brown-lstm-hierarchical", 180.0, 171.0)  # faster at no cost: the trade-off is not there
     assert ("- Brown's LSTM: does not hold: the hierarchical softmax trains 3.00x as fast as the softmax, test "
             "perplexity 171.00 against 180.00 (-5.0%)") in run.report.headline(tmp_path)

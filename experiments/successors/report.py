@@ -110,8 +110,9 @@ def head_row(base: str, head: str) -> str:
 
 def trade_off(results: Path, base: str) -> str:
     """Whether Morin & Bengio's trade-off holds on `base`: its hierarchical softmax trains faster than its softmax
-    (tokens per second, the medians of the side-by-side measurement) and pays in test perplexity; with every other
-    finished head's speed (where the speed file times it) and test perplexity against the softmax's. "Not measured"
+    (tokens per second, the medians of the side-by-side measurement) and pays in test perplexity; whether another
+    head dominates it (trains faster and scores lower, so the trade is not worth making); with every other finished
+    head's speed (where the speed file times it) and test perplexity against the softmax's. "Not measured"
     until the softmax's and the hierarchical softmax's rows have finished and the speed file times both."""
     speed = load_result(results, SPEED)
     done = {head: r for head in HEADS if (r := load_result(results, head_row(base, head))) and finished(r)}
@@ -127,12 +128,19 @@ def trade_off(results: Path, base: str) -> str:
               for head in done if head_row(base, head) in timed}
     test = {head: r["test"] for head, r in done.items()}
     holds = faster["hierarchical"] > 1 and test["hierarchical"] > test["softmax"]
+    better = sorted((head for head in faster if head not in ("softmax", "hierarchical")
+                     and faster[head] > faster["hierarchical"] and test[head] < test["hierarchical"]), key=test.get)
+    verdict = ("holds, but is dominated" if holds and better
+               else "holds" if holds else "does not hold")
+    dominated = (f"; faster by the medians and lower in test perplexity: "
+                 f"{', '.join(f'{head} ({faster[head]:.2f}x, {test[head]:.2f})' for head in better)}"
+                 if holds and better else "")
     others = [f"{head} {f'{faster[head]:.2f}x' if head in faster else '(speed not measured)'}, {test[head]:.2f} "
               f"({pct(test[head], test['softmax'])})" for head in done if head not in ("softmax", "hierarchical")]
     waiting = [head_row(base, head) for head in HEADS if head not in done]
-    return (f"- {BASE_WORDS[base]}: {'holds' if holds else 'does not hold'}: the hierarchical softmax trains "
+    return (f"- {BASE_WORDS[base]}: {verdict}: the hierarchical softmax trains "
             f"{faster['hierarchical']:.2f}x as fast as the softmax, test perplexity {test['hierarchical']:.2f} "
-            f"against {test['softmax']:.2f} ({pct(test['hierarchical'], test['softmax'])})"
+            f"against {test['softmax']:.2f} ({pct(test['hierarchical'], test['softmax'])}){dominated}"
             + (f"; the other heads (speed, test perplexity against the softmax's): {'; '.join(others)}"
                if others else "") + (f"; not finished: {', '.join(waiting)}" if waiting else ""))
 
