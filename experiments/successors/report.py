@@ -132,7 +132,7 @@ def trade_off(results: Path, base: str) -> str:
                      and faster[head] > faster["hierarchical"] and test[head] < test["hierarchical"]), key=test.get)
     verdict = ("holds, but is dominated" if holds and better
                else "holds" if holds else "does not hold")
-    dominated = (f"; faster by the medians and lower in test perplexity: "
+    dominated = ("; faster by the medians and lower in test perplexity: "
                  f"{', '.join(f'{head} ({faster[head]:.2f}x, {test[head]:.2f})' for head in better)}"
                  if holds and better else "")
     others = [f"{head} {f'{faster[head]:.2f}x' if head in faster else '(speed not measured)'}, {test[head]:.2f} "
