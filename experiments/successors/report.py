@@ -108,6 +108,9 @@ def head_row(base: str, head: str) -> str:
     return base if head == "adaptive" else f"{base}-{head}"
 
 
+PAIR = ("softmax", "hierarchical")  # the two heads Morin & Bengio's trade-off compares
+
+
 def trade_off(results: Path, base: str) -> str:
     """Whether Morin & Bengio's trade-off holds on `base`: its hierarchical softmax trains faster than its softmax
     (tokens per second, the medians of the side-by-side measurement) and pays in test perplexity; whether another
@@ -116,27 +119,25 @@ def trade_off(results: Path, base: str) -> str:
     until the softmax's and the hierarchical softmax's rows have finished and the speed file times both."""
     speed = load_result(results, SPEED)
     done = {head: r for head in HEADS if (r := load_result(results, head_row(base, head))) and finished(r)}
-    missing = [head_row(base, h) for h in ("softmax", "hierarchical") if h not in done]
+    missing = [head_row(base, h) for h in PAIR if h not in done]
     missing += [] if speed else [SPEED]
     if missing:
         return f"- {BASE_WORDS[base]}: not measured ({', '.join(missing)} not finished)"
     timed = speed["tokens_per_s"]
-    untimed = [head_row(base, h) for h in ("softmax", "hierarchical") if head_row(base, h) not in timed]
+    untimed = [head_row(base, h) for h in PAIR if head_row(base, h) not in timed]
     if untimed:
         return f"- {BASE_WORDS[base]}: not measured ({SPEED} has no {', '.join(untimed)}: run it again)"
     faster = {head: timed[head_row(base, head)] / timed[head_row(base, "softmax")]
               for head in done if head_row(base, head) in timed}
     test = {head: r["test"] for head, r in done.items()}
     holds = faster["hierarchical"] > 1 and test["hierarchical"] > test["softmax"]
-    better = sorted((head for head in faster if head not in ("softmax", "hierarchical")
-                     and faster[head] > faster["hierarchical"] and test[head] < test["hierarchical"]), key=test.get)
-    verdict = ("holds, but is dominated" if holds and better
-               else "holds" if holds else "does not hold")
+    better = sorted((head for head in faster if head not in PAIR and faster[head] > faster["hierarchical"]
+                     and test[head] < test["hierarchical"]), key=test.get) if holds else []
+    verdict = "holds, but is dominated" if better else "holds" if holds else "does not hold"
     dominated = ("; faster by the medians and lower in test perplexity: "
-                 f"{', '.join(f'{head} ({faster[head]:.2f}x, {test[head]:.2f})' for head in better)}"
-                 if holds and better else "")
+                 f"{', '.join(f'{head} ({faster[head]:.2f}x, {test[head]:.2f})' for head in better)}" if better else "")
     others = [f"{head} {f'{faster[head]:.2f}x' if head in faster else '(speed not measured)'}, {test[head]:.2f} "
-              f"({pct(test[head], test['softmax'])})" for head in done if head not in ("softmax", "hierarchical")]
+              f"({pct(test[head], test['softmax'])})" for head in done if head not in PAIR]
     waiting = [head_row(base, head) for head in HEADS if head not in done]
     return (f"- {BASE_WORDS[base]}: {verdict}: the hierarchical softmax trains "
             f"{faster['hierarchical']:.2f}x as fast as the softmax, test perplexity {test['hierarchical']:.2f} "
