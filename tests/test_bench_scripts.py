@@ -70,6 +70,12 @@ def test_a_result_file_holds_the_table_its_figures_and_provenance_and_the_readme
     readme.write_text(f"# B\n\n{harness.BEGIN}\nold\n{harness.END}\n\n## Notes\n")
     assert harness.update_readme(readme, tmp_path) and not harness.update_readme(readme, tmp_path)
     assert readme.read_text() == "# B\n\n" + "\n".join(lines) + "\n\n## Notes\n"
+    part = harness.write_result("x", ["| b |"], {}, tmp_path, part="successors")  # kept beside the script's own
+    assert part == tmp_path / "box-2cpu" / "x-successors.json" and path.exists()
+    both = harness.tables(tmp_path)
+    assert both[: len(lines) - 2] == lines[:-2]
+    assert both[len(lines) - 2:] == ["", "### x.py on box-2cpu (successors)", "", both[len(lines) + 1], "", "| b |",
+                                     "", harness.END]
 
 
 def test_the_bench_readme_shows_the_committed_result_files():

@@ -6,7 +6,8 @@ Lightning and pytest):
 
     python3 experiments/bench/gpu_check.py [--steps 300] [--no-compile | --compile-only] [--skip-tests]
                                            [--graphs on|off|both] [--models nplm,lbl,modern]
-                                           [--out experiments/bench/results] [--dry-run]
+                                           [--out experiments/bench/results] [--part NAME] [--note TEXT]
+                                           [--dry-run]
 
 (All of it takes over 10 minutes, most of it compiling; in three parts: `--no-compile`,
 `--skip-tests --compile-only`, or the tests alone with `NPLM_TEST_INDUCTOR=1 python3 -m pytest ...`.)
@@ -31,7 +32,8 @@ Lightning and pytest):
 `--dry-run` composes every run's config and prints the runs, without a GPU (a check of the script).
 
 Prints one summary table (status, train/val perplexity, training tokens/s), writes it to
-<out>/<card>/gpu_check.json (harness.write_result) and exits 1 if any failed.
+<out>/<card>/gpu_check.json (with `--part NAME`: gpu_check-NAME.json, kept beside the other parts' files;
+`--note` adds a line under the table) and exits 1 if any failed.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
     parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
+    parser.add_argument("--part", help="a result file of this part's own: <out>/<card>/gpu_check-PART.json")
+    parser.add_argument("--note", action="append", default=[], help="a line shown under the table (repeatable)")
     parser.add_argument("--graphs", choices=("on", "off", "both"), default="on",
                         help="cuda_graphs=true (each run must replay its captured step), false, or both")
     parser.add_argument("--dry-run", action="store_true", help="compose every run's config and list the runs; no GPU")
@@ -196,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
              "graph steps: the training batches that replayed the captured step (cuda_graphs=true).", "",
              "| model | head | precision | compile | cuda_graphs | status | graph steps | train ppl | val ppl | "
              "train tokens/s | wall s |", "|---|---|---|---|---|---|---:|---:|---:|---:|---:|", *rows]
-    harness.write_result("gpu_check", table, {"tests": tests, "failed": failed, "runs": len(rows)}, args.out, "cuda")
+    harness.write_result("gpu_check", table, {"tests": tests, "failed": failed, "runs": len(rows)}, args.out, "cuda",
+                         args.note, args.part)
     sys.exit(1 if failed or tests_rc else 0)
 
 

@@ -11,16 +11,18 @@
 #   check:         gpu_check.py --skip-tests --no-compile: every model x head x precision through nplm-train with
 #                  cuda_graphs=true and sync_debug=true, each run must replay its captured step (~4 min);
 #   successors:    the same for the LSTM, the Transformer and Transformer-N (the LSTM trains eagerly: the capture
-#                  refuses a model that carries its state) (~4 min);
+#                  refuses a model that carries its state), its result file gpu_check-successors.json (~4 min);
 #   profile:       gpu_profile_train.py at the WikiText-103 shape with compile=true: the device's busy share and
 #                  the top kernels by device time (~2 min);
 #   profile_train: gpu_profile_train.py, brown at batch 256 with compile=true, against the plain captured loop
 #                  profiled alike, with the sync watch (~2.5 min).
 #
-#   experiments/bench/gpu_session.sh [--dry-run] [PARTS]
+#   experiments/bench/gpu_session.sh [--dry-run] [--parallel] [PARTS]
 #
-# PARTS (default step,capture,check): comma-separated, run in that order. --dry-run checks every part on a CPU
-# without a GPU: the scripts' dry runs (each run's config composed and checked), pytest collecting the CUDA tests.
+# PARTS (default step,capture,check): comma-separated, run in that order. --parallel runs them all at once (the
+# checks, which measure nothing, in the time of the longest; the check parts' tables then say their tokens/s are
+# not speeds: never with step, compile, wt103 or the profiles). --dry-run checks every part on a CPU without a
+# GPU: the scripts' dry runs (each run's config composed and checked), pytest collecting the CUDA tests.
 # The commit recorded is the checkout's; a copy without its .git records the commit of its PROVENANCE.json,
 # checked against its files (`python -m nplm.tracking.provenance write` in the clean checkout it is sent from;
 # the file is git-ignored: send it with the tree), else "unknown" (nplm.tracking.provenance).
@@ -31,8 +33,20 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 START=$(date +%s)
 DRY=""
-if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
+PAR=""
+while case ${1:-} in --dry-run) DRY=1 ;; --parallel) PAR=1 ;; *) false ;; esac; do shift; done
 PARTS=${1:-step,capture,check}
+PART_NAMES="step compile wt103 capture check successors profile profile_train"
+for part in ${PARTS//,/ }; do  # every part named is known before anything runs
+  case " $PART_NAMES " in
+    *" $part "*) ;;
+    *) echo "gpu_session.sh: part $part: unknown; parts are ${PART_NAMES// /, }"; exit 2 ;;
+  esac
+  case " step compile wt103 profile profile_train " in
+    *" $part "*) [ -n "$PAR" ] && { echo "gpu_session.sh: --parallel with part $part, which measures speed:" \
+                   "run it on its own (without --parallel)"; exit 2; } ;;
+  esac
+done
 DEST=${OUT:-outputs/gpu_session}
 mkdir -p "$DEST"
 source experiments/device_env.sh  # the wheels, PYTHONPATH
@@ -54,33 +68,36 @@ run() {  # run PART LIMIT ARGS...: one script of a part, its log in $DEST/PART.t
   return $rc
 }
 
-PART_NAMES="step compile wt103 capture check successors profile profile_train"
-for part in ${PARTS//,/ }; do  # every part named is known before anything runs
-  case " $PART_NAMES " in
-    *" $part "*) ;;
-    *) echo "gpu_session.sh: part $part: unknown; parts are ${PART_NAMES// /, }"; exit 2 ;;
-  esac
-done
 [ -z "$DRY" ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | tee "$DEST/card.txt"
 "$PY" -c "from importlib.metadata import version as v; print('torch', v('torch'), 'pytorch_lightning', v('pytorch-lightning'))"
-failed=0
-for part in ${PARTS//,/ }; do
-  case $part in
+part_run() {  # part_run PART: one part, its exit status
+  case $1 in
     step) run step 260 gpu_step.py ;;
     compile) run compile 300 gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" \
                --paths "${COMPILE_PATHS:-eager,captured,compiled}" ;;
     wt103) run wt103 280 gpu_step.py --shapes wikitext103 --paths captured,compiled ;;
     capture)
       collect=${DRY:+--collect-only}
-      timeout 110 "$PY" -m pytest -q -rfs --tb=short ${collect} tests/test_capture.py tests/test_aligned.py -k cuda \
+      timeout 240 "$PY" -m pytest -q -rfs --tb=short ${collect} tests/test_capture.py tests/test_aligned.py -k cuda \
         > "$DEST/capture.txt" 2>&1
       rc=$?; echo "capture (pytest -k cuda): exit $rc after $(( $(date +%s) - START )) s"; tail -n 25 "$DEST/capture.txt"
       [ "$rc" = 0 ] ;;
-    check) run check 230 gpu_check.py --skip-tests --no-compile --steps 60 --models nplm,lbl,modern ;;
-    successors) run successors 230 gpu_check.py --skip-tests --no-compile --steps 60 --models lstm,transformer,transformer_n ;;
+    check) run check 360 gpu_check.py --skip-tests --no-compile --steps 60 --models nplm,lbl,modern "${BESIDE[@]}" ;;
+    successors) run successors 360 gpu_check.py --skip-tests --no-compile --steps 60 --models lstm,transformer,transformer_n \
+                  --part successors "${BESIDE[@]}" ;;
     profile) run profile 200 gpu_profile_train.py --shape wikitext103 --compile --groups 4 --watch 2 ;;
     profile_train) run profile_train 220 gpu_profile_train.py --batch 256 --compile --reference ;;
-  esac || failed=$((failed + 1))
-done
+  esac
+}
+failed=0
+BESIDE=()
+if [ -n "$PAR" ]; then  # every part at once; the checks' tokens/s are then not speeds, and their tables say so
+  BESIDE=(--note "Ran at the same time as the parts ${PARTS//,/, } on the same GPU: its tokens/s are not speeds.")
+  pids=()
+  for part in ${PARTS//,/ }; do part_run "$part" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+else
+  for part in ${PARTS//,/ }; do part_run "$part" || failed=$((failed + 1)); done
+fi
 echo "gpu_session.sh: done after $(( $(date +%s) - START )) s, $failed part(s) failed"
 [ "$failed" = 0 ]

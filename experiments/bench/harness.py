@@ -1,7 +1,8 @@
 """What every benchmark here shares: alternated rounds and their medians, the provenance of a measurement
 (machine, commit, command, date) and its result file, and the bench README's tables written from those files.
 
-A result file is `results/<machine>/<script>.json`, one per script and machine, the latest run's: its
+A result file is `results/<machine>/<script>.json` (or `<script>-<part>.json` for a part of a script's runs
+kept beside its others), one per script, part and machine, the latest run's: its
 `table` (markdown lines, what the README shows), its `data` (every figure) and where it was measured.
 `python experiments/bench/harness.py` rewrites the README's generated part from the committed files;
 `--check` exits 1 where the README differs from them.
@@ -123,11 +124,13 @@ def stamp() -> str:
 
 # -- result files ------------------------------------------------------------------------------------
 def write_result(script: str, table: list[str], data: dict, out: Path | None = None, device: str = "cpu",
-                 notes: list[str] | None = None) -> Path:
-    """Print `table` and write `<out>/<machine>/<script>.json` (out: results/), replacing the machine's last
-    result of that script: the table, `notes` (lines shown under it), `data` (every figure) and provenance."""
-    path = (out or RESULTS) / machine_name(device) / f"{script}.json"
-    result = {"script": script, "machine": path.parent.name, "commit": commit(), "commit_from": commit_from(),
+                 notes: list[str] | None = None, part: str | None = None) -> Path:
+    """Print `table` and write `<out>/<machine>/<script>.json` (out: results/; `<script>-<part>.json` with a
+    `part`), replacing the machine's last result of that script and part: the table, `notes` (lines shown
+    under it), `data` (every figure) and provenance."""
+    path = (out or RESULTS) / machine_name(device) / f"{script}{f'-{part}' if part else ''}.json"
+    result = {"script": script, "part": part, "machine": path.parent.name, "commit": commit(),
+              "commit_from": commit_from(),
               "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "command": command(),
               "setup": machine_detail() + (f"; {torch_device_line()}" if device == "cuda" else ""),
               "table": table, "notes": notes or [], "data": data}
@@ -148,14 +151,16 @@ def read_results(root: Path = RESULTS) -> list[dict]:
     """Every result file under root, in the README's order (ORDER, then by name; machines by name)."""
     results = [json.loads(p.read_text()) for p in sorted(root.glob("*/*.json"))]
     rank = {name: i for i, name in enumerate(ORDER)}
-    return sorted(results, key=lambda r: (rank.get(r["script"], len(ORDER)), r["script"], r["machine"]))
+    return sorted(results, key=lambda r: (rank.get(r["script"], len(ORDER)), r["script"], r.get("part") or "",
+                                          r["machine"]))
 
 
 def tables(root: Path = RESULTS) -> list[str]:
     """The README's generated part: each result file's table under its script, machine and provenance."""
     lines = [BEGIN]
     for r in read_results(root):
-        lines += ["", f"### {r['script']}.py on {r['machine']}", "",
+        part = f" ({r['part']})" if r.get("part") else ""
+        lines += ["", f"### {r['script']}.py on {r['machine']}{part}", "",
                   f"{r['date']}, commit {r['commit']}, {r['setup']}: `{r['command']}`", "", *r["table"]]
         if r["notes"]:
             lines += ["", *r["notes"]]
