@@ -4,8 +4,10 @@
 #   step:          gpu_step.py: nplm-train eager and captured against a plain captured loop, brown at batch 256,
 #                  1,024 and 4,096 and the WikiText-103 shape (~4 min);
 #   compile:       gpu_step.py on brown at COMPILE_BATCHES (default 256,4096) with COMPILE_PATHS (default eager,
-#                  captured,compiled; also compiled-reduce-overhead, compiled-s64, compiled-head-all) (~3 min);
-#   wt103:         gpu_step.py at the WikiText-103 shape, captured and compile=true captured (~3 min);
+#                  captured,compiled; also compiled-reduce-overhead, compiled-s64, compiled-head-all), its result
+#                  file gpu_step-compile.json (~3 min);
+#   wt103:         gpu_step.py at the WikiText-103 shape, captured and compile=true captured, its result file
+#                  gpu_step-wt103.json (~3 min);
 #   capture:       pytest's CUDA tests of the captured step and the aligned layers (every model x head captured,
 #                  replayed under sync debug mode "error", against the eager step) (~1.5 min);
 #   check:         gpu_check.py --skip-tests --no-compile: every model x head x precision through nplm-train with
@@ -74,8 +76,8 @@ part_run() {  # part_run PART: one part, its exit status
   case $1 in
     step) run step 260 gpu_step.py ;;
     compile) run compile 300 gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" \
-               --paths "${COMPILE_PATHS:-eager,captured,compiled}" ;;
-    wt103) run wt103 280 gpu_step.py --shapes wikitext103 --paths captured,compiled ;;
+               --paths "${COMPILE_PATHS:-eager,captured,compiled}" --part compile ;;
+    wt103) run wt103 280 gpu_step.py --shapes wikitext103 --paths captured,compiled --part wt103 ;;
     capture)
       collect=${DRY:+--collect-only}
       timeout 240 "$PY" -m pytest -q -rfs --tb=short ${collect} tests/test_capture.py tests/test_aligned.py -k cuda \

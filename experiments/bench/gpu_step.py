@@ -20,7 +20,8 @@ once, such as drawing its order, is spread as in a run); the eager run, 5-10x sl
 tokens of it (at most 300 batches). MFU is `train/mfu` (the reference's from the same FLOPs
 per token); peak memory is torch.cuda.max_memory_allocated over the run; the projection is 2.05e9
 training tokens (Sun & Iyyer's WikiText-103 budget, 200,000 steps of 10,240) at that rate. Writes
-<out>/<card>/gpu_step.json (harness.write_result; out: experiments/bench/results) after every row.
+<out>/<card>/gpu_step.json (harness.write_result; out: experiments/bench/results; with `--part NAME`,
+gpu_step-NAME.json, kept beside the other parts' files) after every row.
 `--dry-run` composes and checks every config and builds the reference loop's model on the CPU (no GPU needed).
 """
 
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--paths", default="eager,captured", help="comma-separated nplm-train paths, of: "
                         + ", ".join(name for name, *_ in PATHS) + " (default: eager,captured)")
     parser.add_argument("--out", type=Path, default=harness.RESULTS, help="the results folder (default: results/)")
+    parser.add_argument("--part", help="a result file of this part's own: <out>/<card>/gpu_step-PART.json")
     parser.add_argument("--dry-run", action="store_true", help="compose the configs, build the model; no GPU")
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
@@ -247,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
                     ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
                 print(shape, batch, "reference", ref, flush=True)
                 rows.append(row)  # written after every row, so a run cut short keeps what it measured
-                harness.write_result("gpu_step", table(rows), {"rows": rows}, args.out, device="cuda")
+                harness.write_result("gpu_step", table(rows), {"rows": rows}, args.out, device="cuda",
+                                     part=args.part)
     if args.dry_run:
         print("gpu_step: --dry-run done (nothing measured)")
 
