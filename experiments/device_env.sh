@@ -13,8 +13,8 @@
 #   OMP_NUM_THREADS.
 #
 # It changes nothing else: runs record the commit of the checkout they run in, or, in a copy without its
-# .git, that of its PROVENANCE.json once checked against the files (nplm.tracking.provenance). An argument
-# is ignored.
+# .git (or sent with an older one), that of its PROVENANCE.json once checked against the files
+# (nplm.tracking.provenance). An argument is ignored.
 if [ -d .whl ] && ! python3 -c "import hydra, nltk" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site

@@ -69,5 +69,10 @@ def test_records_name_where_the_commit_was_read(monkeypatch, checkout, tmp_path)
     monkeypatch.setattr(provenance, "ROOT", copy)
     commit, source = provenance.code_version()
     assert (commit, source) == (head, "PROVENANCE.json")
+    monkeypatch.setattr(provenance, "checkout_state", lambda where: ("a" * 40, True))  # a copy with an older .git
+    assert provenance.code_version() == (head, "PROVENANCE.json")  # its files verify the stated commit
+    (copy / "src" / "pkg" / "a.py").write_text("A = 3\n")
+    assert provenance.code_version() == ("a" * 40 + "-dirty", "checkout")  # they do not: the checkout's word
+    monkeypatch.setattr(provenance, "checkout_state", lambda where: None)
     monkeypatch.setattr(provenance, "ROOT", tmp_path / "nowhere")
     assert provenance.code_version() == (None, None)

@@ -25,9 +25,10 @@
 # checks, which measure nothing, in the time of the longest; the check parts' tables then say their tokens/s are
 # not speeds: never with step, compile, wt103 or the profiles). --dry-run checks every part on a CPU without a
 # GPU: the scripts' dry runs (each run's config composed and checked), pytest collecting the CUDA tests.
-# The commit recorded is the checkout's; a copy without its .git records the commit of its PROVENANCE.json,
-# checked against its files (`python -m nplm.tracking.provenance write` in the clean checkout it is sent from;
-# the file is git-ignored: send it with the tree), else "unknown" (nplm.tracking.provenance).
+# The commit recorded is the checkout's; a copy without its .git (or with an older .git than its files)
+# records the commit of its PROVENANCE.json, checked against its files (`python -m nplm.tracking.provenance
+# write` in the clean checkout it is sent from; the file is git-ignored: send it with the tree), else
+# "unknown" (nplm.tracking.provenance).
 # Results go to $OUT (if set) or outputs/gpu_session: each part's log, and the scripts' result files under
 # <part>/<card>/<script>.json (copy the ones to keep into experiments/bench/results/<card>/, then run
 # `python experiments/bench/harness.py` to rewrite the bench README's tables).

@@ -53,14 +53,17 @@ def checkout_state(where: Path) -> tuple[str, bool] | None:
 
 def code_version() -> tuple[str | None, str | None]:
     """(the commit of the code nplm runs from, where that was read): HEAD of its checkout with "-dirty" where
-    the code differs from it (`checkout_state`), "checkout"; outside a checkout, the commit of a verified
-    `PROVENANCE.json` (`verified_commit`: "-dirty" where the copy's files differ from it), "PROVENANCE.json";
-    else (None, None): nobody's word is taken for it."""
+    the code differs from it (`checkout_state`), "checkout"; outside a checkout, or in one whose code differs
+    from HEAD (a copy sent with an older `.git`), the commit of a `PROVENANCE.json` that the files verify
+    (`verified_commit`; outside a checkout "-dirty" where they differ from it), "PROVENANCE.json"; else
+    (None, None): nobody's word is taken for it."""
     state = checkout_state(Path(__file__).resolve().parent)
     if state is None:
         commit = verified_commit()
         return commit, FILE if commit is not None else None
     head, dirty = state
+    if dirty and (stated := verified_commit()) and not stated.endswith("-dirty"):
+        return stated, FILE  # the files are exactly the stated commit's: the stale .git's HEAD is not
     return head + ("-dirty" if dirty else ""), "checkout"
 
 
