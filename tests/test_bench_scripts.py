@@ -230,14 +230,21 @@ def test_hsm_scaling_writes_its_table_and_plot(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_every_gpu_step_path_composes_a_config_nplm_train_accepts(capsys):
+def test_every_gpu_step_path_composes_a_config_nplm_train_accepts(capsys, monkeypatch):
     """gpu_step.py --dry-run: each path's config (its overrides included) composed and checked as nplm-train checks
     it (the paths whose overrides need no new key; the next test has the other)."""
     paths = ",".join(name for name, *_ in gpu_step.PATHS if name != "compiled-reduce-overhead")
-    gpu_step.main(["--dry-run", "--shapes", "brown,wikitext103", "--batches", "256", "--paths", paths])
+    checked, check = [], gpu_step.check
+    monkeypatch.setattr(gpu_step, "check", lambda cfg: (checked.append((cfg.model.name, cfg.cuda_graphs)), check(cfg)))
+    gpu_step.main(["--dry-run", "--shapes", "brown,wikitext103,brown-lstm,brown-transformer_n", "--batches", "256",
+                   "--paths", paths])
+    assert [graphs for model, graphs in checked if model == "lstm"] == [False, False]  # eager only, 2 batch sizes
+    assert sum(model == "transformer" for model, _ in checked) == 2 * (len(gpu_step.PATHS) - 1)
     out = capsys.readouterr().out
     assert "gpu_step: brown batch 256: 3906 steps, configs composed" in out
     assert "gpu_step: wikitext103 batch 20: 146 steps, configs composed" in out
+    assert "gpu_step: brown-lstm batch 128: 223 steps, configs composed" in out  # (--batches is brown's)
+    assert "gpu_step: brown-transformer_n batch 32: 976 steps, configs composed" in out
 
 
 @NEW_KEYS

@@ -8,6 +8,9 @@
 #                  file gpu_step-compile.json (~3 min);
 #   wt103:         gpu_step.py at the WikiText-103 shape, captured and compile=true captured, its result file
 #                  gpu_step-wt103.json (~3 min);
+#   successors_step: gpu_step.py, the NPLM's brown shape at batch 256 beside the LSTM (eager; 20 and 128
+#                  streams), the Transformer and Transformer-N (eager and captured; 32 and 256 blocks), its
+#                  result file gpu_step-successors.json (~4 min);
 #   capture:       pytest's CUDA tests of the captured step and the aligned layers (every model x head captured,
 #                  replayed under sync debug mode "error", against the eager step) (~1.5 min);
 #   check:         gpu_check.py --skip-tests --no-compile: every model x head x precision through nplm-train with
@@ -39,13 +42,13 @@ DRY=""
 PAR=""
 while case ${1:-} in --dry-run) DRY=1 ;; --parallel) PAR=1 ;; *) false ;; esac; do shift; done
 PARTS=${1:-step,capture,check}
-PART_NAMES="step compile wt103 capture check successors profile profile_train"
+PART_NAMES="step compile wt103 successors_step capture check successors profile profile_train"
 for part in ${PARTS//,/ }; do  # every part named is known before anything runs
   case " $PART_NAMES " in
     *" $part "*) ;;
     *) echo "gpu_session.sh: part $part: unknown; parts are ${PART_NAMES// /, }"; exit 2 ;;
   esac
-  case " step compile wt103 profile profile_train " in
+  case " step compile wt103 successors_step profile profile_train " in
     *" $part "*) [ -n "$PAR" ] && { echo "gpu_session.sh: --parallel with part $part, which measures speed:" \
                    "run it on its own (without --parallel)"; exit 2; } ;;
   esac
@@ -78,6 +81,8 @@ part_run() {  # part_run PART: one part, its exit status
     step) run step 260 gpu_step.py ;;
     compile) run compile 300 gpu_step.py --shapes brown --batches "${COMPILE_BATCHES:-256,4096}" \
                --paths "${COMPILE_PATHS:-eager,captured,compiled}" --part compile ;;
+    successors_step) run successors_step 300 gpu_step.py --shapes brown,brown-lstm,brown-transformer,brown-transformer_n \
+                       --batches 256 --part successors ;;
     wt103) run wt103 280 gpu_step.py --shapes wikitext103 --paths captured,compiled --part wt103 ;;
     capture)
       collect=${DRY:+--collect-only}

@@ -3,7 +3,8 @@
 torch's fused capturable AdamW, one torch.cuda.graph of forward + backward + clipping + update, each batch
 copied into its static inputs), all bf16-mixed.
 
-    python3 experiments/bench/gpu_step.py [--shapes brown,wikitext103] [--batches 256,1024,4096] [--out DIR]
+    python3 experiments/bench/gpu_step.py [--shapes brown,wikitext103,brown-lstm,...] [--batches 256,1024,4096]
+                                          [--out DIR]
                                           [--paths eager,captured,...] [--dry-run]
 
 Shapes (synthetic corpora made on the fly, Zipfian words, text_files):
@@ -11,7 +12,12 @@ Shapes (synthetic corpora made on the fly, Zipfian words, text_files):
   adaptive softmax, AdamW) on |V| = 10,000 words, batch 256, 1,024 and 4,096 windows;
 - wikitext103: `experiment=sun2021/wikitext103` (d 410, 16 blocks of 2,100, the first 1,500, context 511,
   tied adaptive softmax with cutoffs 20k/40k/200k) on |V| = 267,735 words, `data.block_size=512`, 20
-  blocks a batch (10,240 tokens).
+  blocks a batch (10,240 tokens);
+- the models that replaced the NPLM, on brown's |V| = 10,000 beside it (experiments/successors): brown-lstm,
+  `experiment=zaremba2014/small` (2 layers of 200, 35 steps unrolled) at 20 and 128 streams, eager only (it
+  carries its state between batches: nplm-train does not capture it, and no plain captured loop stands for
+  it); brown-transformer and brown-transformer_n, `experiment=sun2021/transformer_small` and
+  `transformer_n_small` (width 256, blocks of 96) at 32 and 256 blocks a batch.
 
 nplm-train's rate is its second epoch's `train/tokens_per_s` (the first warms up and captures the step, which
 the second replays from its first batch). The captured run and the reference train a whole epoch of the
@@ -41,11 +47,22 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 BUDGET_TOKENS = 2.05e9
+# block: the tokens a batch's row predicts (a window model's 1); eager_only: a model nplm-train trains eagerly
+# (the LSTM carries its state from batch to batch: the capture refuses it, and the plain captured loop, which
+# replays one batch's step, cannot stand for it)
 SHAPES = {
     "brown": {"overrides": ["experiment=sun2021/brown"], "vocab": 10_000, "train_tokens": 1_000_000,
-              "batches": (256, 1024, 4096)},
+              "block": 1, "batches": (256, 1024, 4096)},
     "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
-                    "vocab": 267_735, "train_tokens": 1_500_000, "batches": (20,)},
+                    "vocab": 267_735, "train_tokens": 1_500_000, "block": 512, "batches": (20,)},
+    # the models that replaced the NPLM (experiments/successors' recipes), on brown's vocabulary beside it (the
+    # Transformers' epochs are longer: 976 and 122 batches)
+    "brown-lstm": {"overrides": ["experiment=zaremba2014/small"], "vocab": 10_000, "train_tokens": 1_000_000,
+                   "block": 35, "batches": (20, 128), "eager_only": True},
+    "brown-transformer": {"overrides": ["experiment=sun2021/transformer_small"], "vocab": 10_000,
+                          "train_tokens": 3_000_000, "block": 96, "batches": (32, 256)},
+    "brown-transformer_n": {"overrides": ["experiment=sun2021/transformer_n_small"], "vocab": 10_000,
+                            "train_tokens": 3_000_000, "block": 96, "batches": (32, 256)},
 }
 # name, cuda_graphs, compile. compiled: inductor's step captured by nplm (cuda_graphs); the others: compiled, with
 # their OVERRIDES
@@ -61,7 +78,7 @@ EAGER_TOKENS = 400_000  # training tokens of the eager run's epoch (steps = this
 
 def steps_for(shape: str, batch: int, whole: bool) -> int:
     """Batches of a measured epoch: the whole training corpus (`whole`), else the eager run's share of it."""
-    tokens = batch * (512 if shape == "wikitext103" else 1)
+    tokens = batch * SHAPES[shape]["block"]
     if whole:
         return SHAPES[shape]["train_tokens"] // tokens
     return max(20, min(300, EAGER_TOKENS // tokens))
@@ -191,9 +208,23 @@ def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_
             "step_ms": 1e3 * seconds / steps}
 
 
+def reference_row(cfg, shape: str, batch: int, vocab: int, steps: int, captured: dict) -> dict:
+    """The plain captured loop's figures (`reference_loop`), its MFU from the captured run's FLOPs per token; or
+    its error."""
+    try:
+        ref = reference_loop(cfg, shape, batch, vocab, steps)
+    except Exception as err:  # noqa: BLE001 - the table names it
+        ref = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    if "tokens_per_s" in ref and captured.get("flops_per_token") and captured.get("peak_flops"):
+        ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
+    print(shape, batch, "reference", ref, flush=True)
+    return ref
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of: {', '.join(SHAPES)}")
+    parser.add_argument("--shapes", default="brown,wikitext103",
+                        help=f"comma-separated, of: {', '.join(SHAPES)} (default: brown,wikitext103)")
     parser.add_argument("--batches", default=None, help="brown's batch sizes (default 256,1024,4096)")
     parser.add_argument("--paths", default="eager,captured", help="comma-separated nplm-train paths, of: "
                         + ", ".join(name for name, *_ in PATHS) + " (default: eager,captured)")
@@ -224,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
                 steps = steps_for(shape, batch, whole=True)
                 row = {"shape": shape, "vocab": spec["vocab"], "batch": batch, "steps": steps,
                        "eager_steps": steps_for(shape, batch, whole=False)}
-                for name, graphs, compile_ in [p for p in PATHS if p[0] in paths]:
+                for name, graphs, compile_ in [p for p in PATHS if p[0] in paths
+                                               and not (spec.get("eager_only") and p[1])]:
                     cfg = compose(shape, batch, graphs, compile_, corpus, tmp, steps if graphs else row["eager_steps"],
                                   OVERRIDES.get(name, []))
                     cfg.paths.output_dir = f"{cfg.paths.output_dir}-{name}"  # (nplm-train skips a finished run)
@@ -240,14 +272,8 @@ def main(argv: list[str] | None = None) -> None:
                     reference_model(cfg, 1000, "cpu")  # (a small vocabulary: the CPU builds it)
                     print(f"gpu_step: {shape} batch {batch}: {steps} steps, configs composed", flush=True)
                     continue
-                try:
-                    row["reference"] = reference_loop(cfg, shape, batch, spec["vocab"], steps)
-                except Exception as err:  # noqa: BLE001
-                    row["reference"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-                ref, captured = row["reference"], row.get("captured", {})
-                if "tokens_per_s" in ref and captured.get("flops_per_token") and captured.get("peak_flops"):
-                    ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
-                print(shape, batch, "reference", ref, flush=True)
+                if not spec.get("eager_only"):
+                    row["reference"] = reference_row(cfg, shape, batch, spec["vocab"], steps, row.get("captured", {}))
                 rows.append(row)  # written after every row, so a run cut short keeps what it measured
                 harness.write_result("gpu_step", table(rows), {"rows": rows}, args.out, device="cuda",
                                      part=args.part)
