@@ -26,8 +26,9 @@
 #
 # PARTS (default step,capture,check): comma-separated, run in that order. --parallel runs them all at once (the
 # checks, which measure nothing, in the time of the longest; the check parts' tables then say their tokens/s are
-# not speeds: never with step, compile, wt103 or the profiles). --dry-run checks every part on a CPU without a
-# GPU: the scripts' dry runs (each run's config composed and checked), pytest collecting the CUDA tests.
+# not speeds; refused with the parts that measure speed: step, compile, wt103, successors_step and the
+# profiles). --dry-run checks every part on a CPU without a GPU: the scripts' dry runs (each run's config
+# composed and checked), pytest collecting the CUDA tests.
 # The commit recorded is the checkout's; a copy without its .git (or with an older .git than its files)
 # records the commit of its PROVENANCE.json, checked against its files (`python -m nplm.tracking.provenance
 # write` in the clean checkout it is sent from; the file is git-ignored: send it with the tree), else
