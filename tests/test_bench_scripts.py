@@ -272,6 +272,7 @@ def test_the_training_profile_runs_on_the_cpu(tmp_path):
     r = result(tmp_path, "gpu_profile_train")
     assert r["data"]["optimizer_steps"] == 32 and r["table"][2].startswith("32 optimizer steps profiled: ")
     gpu_profile_train.main(["--dry-run", "--shape", "wikitext103", "--compile"])
+    gpu_profile_train.main(["--dry-run", "--device", "cpu", "--eager"])  # (the eager step: no dry capture)
 
 
 @NEW_KEYS
@@ -290,4 +291,9 @@ def test_the_gpu_session_runs_a_part_on_the_cpu_and_refuses_an_unknown_one(tmp_p
     bad = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "--dry-run", "profile,nope"], capture_output=True,
                          text=True, env=env, timeout=300)
     assert (bad.returncode, bad.stdout) == (2, "gpu_session.sh: part nope: unknown; parts are step, compile, wt103, "
-                                             "capture, check, successors, profile, profile_train\n")
+                                             "successors_step, capture, check, successors, profile, profile_train, "
+                                             "profile_eager\n")
+    timed = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "--parallel", "check,step"], capture_output=True,
+                           text=True, env=env, timeout=300)  # parts run at once measure no speed
+    assert (timed.returncode, timed.stdout) == (2, "gpu_session.sh: --parallel with part step, which measures speed: "
+                                                   "run it on its own (without --parallel)\n")

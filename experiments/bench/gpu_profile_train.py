@@ -23,7 +23,7 @@ work nplm-train adds.
 
 `--device cpu` checks the script on a CPU (the captured step's dry mode, `capture_dry=true`, CPU operators only;
 no sync watch and no reference there); `--dry-run` composes and checks the run's config only. `--out`: also
-write <out>/<machine>/gpu_profile_train.json (harness).
+write <out>/<machine>/gpu_profile_train.json (harness; `--part NAME`: gpu_profile_train-NAME.json).
 """
 
 from __future__ import annotations
@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=25, help="rows of the kernel and operator tables")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--out", type=Path, default=None, help="also write <out>/<machine>/gpu_profile_train.json")
+    parser.add_argument("--part", help="with --out, a result file of this part's own: gpu_profile_train-PART.json")
     parser.add_argument("--dry-run", action="store_true", help="compose and check the run's config; no GPU, no run")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available() and not args.dry_run:
@@ -253,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = {"train": f"{tmp}/train.txt", "valid": f"{tmp}/valid.txt"}
         batches = max(4 * (args.groups + args.watch) * 16, 200)
-        extra = ["capture_dry=true"] if args.device == "cpu" else []  # the script's check: the dry captured step
+        # the script's check on a CPU: the captured step's dry mode (--eager: the eager step, as on the GPU)
+        extra = ["capture_dry=true"] if args.device == "cpu" and not args.eager else []
         cfg = gpu_step.compose(args.shape, batch, not args.eager, args.compile, corpus, tmp, batches, extra)
         if args.device == "cpu":  # on the CPU, a small model
             cfg.trainer.accelerator, cfg.trainer.precision, cfg.trainer.devices = "cpu", "32-true", 1
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     table = ["```text", *"\n".join(lines).splitlines(), "```"]
     data = {"tokens_per_s": metrics["train/tokens_per_s"], "optimizer_steps": callback.optimizer_steps}
-    harness.write_result("gpu_profile_train", table, data, args.out, args.device)
+    harness.write_result("gpu_profile_train", table, data, args.out, args.device, part=args.part)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@
 #   profile:       gpu_profile_train.py at the WikiText-103 shape with compile=true: the device's busy share and
 #                  the top kernels by device time (~2 min);
 #   profile_train: gpu_profile_train.py, brown at batch 256 with compile=true, against the plain captured loop
-#                  profiled alike, with the sync watch (~2.5 min).
+#                  profiled alike, with the sync watch (~2.5 min);
+#   profile_eager: gpu_profile_train.py, brown at batch 256 uncaptured (cuda_graphs=false): the host's time
+#                  and waits a step, the host operators by CPU time and every host-device sync with its
+#                  stack, its result file gpu_profile_train-eager.json (~2 min).
 #
 #   experiments/bench/gpu_session.sh [--dry-run] [--parallel] [PARTS]
 #
@@ -43,13 +46,13 @@ DRY=""
 PAR=""
 while case ${1:-} in --dry-run) DRY=1 ;; --parallel) PAR=1 ;; *) false ;; esac; do shift; done
 PARTS=${1:-step,capture,check}
-PART_NAMES="step compile wt103 successors_step capture check successors profile profile_train"
+PART_NAMES="step compile wt103 successors_step capture check successors profile profile_train profile_eager"
 for part in ${PARTS//,/ }; do  # every part named is known before anything runs
   case " $PART_NAMES " in
     *" $part "*) ;;
     *) echo "gpu_session.sh: part $part: unknown; parts are ${PART_NAMES// /, }"; exit 2 ;;
   esac
-  case " step compile wt103 successors_step profile profile_train " in
+  case " step compile wt103 successors_step profile profile_train profile_eager " in
     *" $part "*) [ -n "$PAR" ] && { echo "gpu_session.sh: --parallel with part $part, which measures speed:" \
                    "run it on its own (without --parallel)"; exit 2; } ;;
   esac
@@ -96,6 +99,7 @@ part_run() {  # part_run PART: one part, its exit status
                   --part successors "${BESIDE[@]}" ;;
     profile) run profile 200 gpu_profile_train.py --shape wikitext103 --compile --groups 4 --watch 2 ;;
     profile_train) run profile_train 220 gpu_profile_train.py --batch 256 --compile --reference ;;
+    profile_eager) run profile_eager 200 gpu_profile_train.py --batch 256 --eager --groups 8 --watch 2 --part eager ;;
   esac
 }
 failed=0
