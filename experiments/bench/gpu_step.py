@@ -50,18 +50,19 @@ BUDGET_TOKENS = 2.05e9
 # block: the tokens a batch's row predicts (a window model's 1); eager_only: a model nplm-train trains eagerly
 # (the LSTM carries its state from batch to batch: the capture refuses it, and the plain captured loop, which
 # replays one batch's step, cannot stand for it)
+BROWN_VOCAB = 10_000  # the brown shapes' vocabulary: a Zipfian corpus of about Brown's size (write_corpus)
 SHAPES = {
-    "brown": {"overrides": ["experiment=sun2021/brown"], "vocab": 10_000, "train_tokens": 1_000_000,
+    "brown": {"overrides": ["experiment=sun2021/brown"], "vocab": BROWN_VOCAB, "train_tokens": 1_000_000,
               "block": 1, "batches": (256, 1024, 4096)},
     "wikitext103": {"overrides": ["experiment=sun2021/wikitext103", "data.block_size=512", "data.eval_batch_size=20"],
                     "vocab": 267_735, "train_tokens": 1_500_000, "block": 512, "batches": (20,)},
     # the models that replaced the NPLM (experiments/successors' recipes), on brown's vocabulary beside it (the
     # Transformers' epochs are longer: 976 and 122 batches)
-    "brown-lstm": {"overrides": ["experiment=zaremba2014/small"], "vocab": 10_000, "train_tokens": 1_000_000,
+    "brown-lstm": {"overrides": ["experiment=zaremba2014/small"], "vocab": BROWN_VOCAB, "train_tokens": 1_000_000,
                    "block": 35, "batches": (20, 128), "eager_only": True},
-    "brown-transformer": {"overrides": ["experiment=sun2021/transformer_small"], "vocab": 10_000,
+    "brown-transformer": {"overrides": ["experiment=sun2021/transformer_small"], "vocab": BROWN_VOCAB,
                           "train_tokens": 3_000_000, "block": 96, "batches": (32, 256)},
-    "brown-transformer_n": {"overrides": ["experiment=sun2021/transformer_n_small"], "vocab": 10_000,
+    "brown-transformer_n": {"overrides": ["experiment=sun2021/transformer_n_small"], "vocab": BROWN_VOCAB,
                             "train_tokens": 3_000_000, "block": 96, "batches": (32, 256)},
 }
 # name, cuda_graphs, compile. compiled: inductor's step captured by nplm (cuda_graphs); the others: compiled, with
@@ -208,13 +209,18 @@ def reference_loop(cfg, shape: str, batch: int, vocab: int, steps: int, compile_
             "step_ms": 1e3 * seconds / steps}
 
 
+def failure(err: Exception) -> dict:
+    """A failed run's entry in its row: the table names the error in place of its figures."""
+    return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+
+
 def reference_row(cfg, shape: str, batch: int, vocab: int, steps: int, captured: dict) -> dict:
     """The plain captured loop's figures (`reference_loop`), its MFU from the captured run's FLOPs per token; or
     its error."""
     try:
         ref = reference_loop(cfg, shape, batch, vocab, steps)
     except Exception as err:  # noqa: BLE001 - the table names it
-        ref = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+        ref = failure(err)
     if "tokens_per_s" in ref and captured.get("flops_per_token") and captured.get("peak_flops"):
         ref["mfu"] = ref["tokens_per_s"] * captured["flops_per_token"] / captured["peak_flops"]
     print(shape, batch, "reference", ref, flush=True)
@@ -266,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
                     try:
                         row[name] = nplm_train(cfg)
                     except Exception as err:  # noqa: BLE001 - the table names it
-                        row[name] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+                        row[name] = failure(err)
                     print(shape, batch, name, row[name], flush=True)
                 if args.dry_run:
                     reference_model(cfg, 1000, "cpu")  # (a small vocabulary: the CPU builds it)
