@@ -220,19 +220,23 @@ def test_a_finished_run_goes_on_with_changes_only_when_allowed(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_naming_a_finished_runs_own_folder_trains_it_on(tmp_path):
+def test_a_run_stopped_by_stop_at_is_stopped_and_resume_trains_it_on(tmp_path):
     """The drivers' way to go on with a row a time limit stopped: the same overrides with a later
-    `stop_at`, hydra.run.dir=<run> resume=<run> continues it in its folder (it was skipped as "already
-    finished": stop_at is not a training override); the same command without resume still skips it."""
+    `stop_at`, hydra.run.dir=<run> resume=<run> continues it in its folder. The stopped run is "stopped",
+    never "finished"; the same command without resume is refused, and the run stays as it was."""
     run = tmp_path / "run"
     args = [*TOY, "trainer.max_epochs=1000", f"paths.data_dir={tmp_path}", f"hydra.run.dir={run}"]
     first = nplm_train(tmp_path, *args, f"stop_at={time.time() + 4:.0f}")  # (a toy epoch: a fraction of a second)
     assert first.code == 0, first.err[-3000:]
     cut = record(run)["history"]
-    assert record(run)["status"] == "finished" and 0 < len(cut) < 1000
-    skipped = nplm_train(tmp_path, *args, f"stop_at={time.time() + 4:.0f}")
-    assert "skipping" in skipped.out + skipped.err and record(run)["history"] == cut
+    assert record(run)["status"] == "stopped" and record(run)["stopped"]["by"] == "stop_at" and 0 < len(cut) < 1000
+    again = nplm_train(tmp_path, *args, f"stop_at={time.time() + 4:.0f}")
+    assert again.code == 2 and again.err.strip().splitlines()[-1] == (
+        f"nplm: error: hydra.run.dir={run}: holds a run that was stopped before its end (by stop_at); add "
+        "resume=true to continue it, or give another hydra.run.dir")
+    assert record(run)["history"] == cut
     on = nplm_train(tmp_path, *args, f"stop_at={time.time() + 4:.0f}", f"resume={run}")
     assert on.code == 0, on.err[-3000:]
-    again = record(run)["history"]
-    assert len(again) > len(cut) and [r["val/ppl"] for r in again[:len(cut)]] == [r["val/ppl"] for r in cut]
+    longer = record(run)["history"]
+    assert len(longer) > len(cut) and [r["val/ppl"] for r in longer[:len(cut)]] == [r["val/ppl"] for r in cut]
+    assert [p["status"] for p in record(run)["pieces"]] == ["stopped", "stopped"]

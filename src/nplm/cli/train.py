@@ -133,6 +133,7 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
         check_run_folder(cfg, multirun)
         _validate(cfg)
         check_subword_keys(overrides, cfg)
+        leave_finished_run(cfg)
         return
     firsts = {a: _simple_values(a.partition("=")[2]) for a in overrides}  # a sweep's first job, for its folder
     first = [a.split("=", 1)[0] + "=" + values[0] if (values := firsts[a]) else a
@@ -164,6 +165,23 @@ def check_composition(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
             check_trainer(trainer)
         except UserError as err:
             raise UserError(f"{err} (job #{n} of the sweep's {len(jobs)}; no job has started)") from None
+
+
+def leave_finished_run(cfg) -> None:
+    """`resume=<a finished run>` with nothing left to train: say so and exit 0 before Hydra writes anything
+    (with hydra.run.dir=<that run> it would write into the run's folder), so the run stays byte for byte."""
+    from omegaconf import OmegaConf
+
+    from nplm.tracking.runs import finished_named_run
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    for key in ("hydra", "paths"):  # (Hydra's run resolves them; no part of what is trained)
+        plain.pop(key, None)
+    done = finished_named_run(cfg.get("resume"), OmegaConf.to_container(OmegaConf.create(plain), resolve=True))
+    if done is not None:
+        print(f"nplm: resume={cfg.resume}: that run has finished and has nothing left to train (test/ppl "
+              f"{done['metrics'].get('test/ppl')}); it stays as it is", flush=True)
+        sys.exit(0)
 
 
 def check_subword_keys(overrides: list[str], cfg) -> None:

@@ -18,6 +18,7 @@ from nplm.config.rules import show
 from nplm.data.blocks import Blocks, index_batches
 from nplm.data.corpora import CORPORA, CorpusText, load_corpus
 from nplm.data.id_cache import IdStreams, load_ids
+from nplm.data.resumable import resumable
 from nplm.data.streams import StreamBatches
 from nplm.data.subwords import Subwords
 from nplm.data.subwords import lines as lines_of
@@ -274,8 +275,16 @@ class LMDataModule(pl.LightningDataModule):
         # which then holds only the model's draws (dropout, sampled heads): a resumed run draws as the run it
         # continues (LanguageModel.on_train_start, `nplm.training.rng`), whenever Lightning makes the epoch's iterator.
         # collate_fn: the gathered batches as they are (torch's default walks every tensor of every batch again)
-        return DataLoader(dataset, sampler=sampler, batch_size=None, collate_fn=as_gathered,
-                          generator=torch.Generator().manual_seed(self.seed))
+        args = dict(batch_size=None, collate_fn=as_gathered, generator=torch.Generator().manual_seed(self.seed))
+        if split == "train":  # a run stopped inside an epoch resumes with the rest of its batches (nplm.data.resumable)
+            return resumable(sampler, self._trained_this_epoch, dataset=dataset, **args)
+        return DataLoader(dataset, sampler=sampler, **args)
+
+    def _trained_this_epoch(self) -> int | None:
+        """Batches the module has trained in the current epoch (its `training_epoch()`), where it counts them."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        now = module.training_epoch() if hasattr(module, "training_epoch") else None
+        return None if now is None else now.batches
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
         """Lightning's hook: the batches are gathered where the model is (`_loader`), so they are handed on as

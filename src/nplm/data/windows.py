@@ -185,15 +185,22 @@ class KeyedPermutation:
 
 class GroupedBatches(Sampler):
     """The first `limit` batches of `batches` (an epoch of index batches), `size` at a time: lists of
-    consecutive batches, the last list shorter (`nplm.training.execution`: several batches per Lightning step)."""
+    consecutive batches, the last list shorter (`nplm.training.execution`: several batches per Lightning step).
+    `skip_once(n)`: the next epoch's iteration leaves out its first n batches (a run resumed inside an epoch:
+    `nplm.data.resumable`); its length stays the whole epoch's, as Lightning counts the trained ones."""
 
     def __init__(self, batches: Sampler, size: int, limit: int | None = None):
         self.batches, self.size = batches, size
         self.limit = len(batches) if limit is None else min(limit, len(batches))
+        self.skip = 0
 
     def __len__(self) -> int:
         return -(-self.limit // self.size)
 
+    def skip_once(self, batches: int) -> None:
+        self.skip = batches
+
     def __iter__(self):
-        batches = itertools.islice(iter(self.batches), self.limit)  # the epoch's order, fixed now
+        skip, self.skip = self.skip, 0
+        batches = itertools.islice(iter(self.batches), skip, self.limit)  # the epoch's order, fixed now
         return iter(lambda: list(itertools.islice(batches, self.size)), [])  # groups drawn as they are needed

@@ -53,6 +53,13 @@ class Model(nn.Module):
     def reset_state(self, slot: str | None = None) -> None:
         """Forget the carried state of `slot` ("train" or "eval"; None: both); only where `carries_state`."""
 
+    def carried_state(self, slot: str):
+        """The state `slot` carries now, on the CPU, for a checkpoint written inside an epoch (None: none)."""
+        return None
+
+    def restore_state(self, slot: str, state, device: torch.device) -> None:
+        """Carry `state` (`carried_state`'s, from a checkpoint) in `slot` again, on `device`; None: nothing."""
+
     def embed(self, context: torch.Tensor) -> torch.Tensor:
         """The context's input word vectors: ids `[B, k]` -> `[B, k, m]`."""
         raise NotImplementedError

@@ -27,10 +27,11 @@ paper's `ptb.traindataset(batch_size)`. With context size k = 1 a block's ids [B
 w_{bT+T+1}: the inputs ids[:, :T], the targets ids[:, 1:], and the next block's inputs start with this
 block's last target. The state (h, c) after a block starts the next one, detached: gradients flow back
 T steps at most (truncated backpropagation through time). The state lives in slots: "train" (read and
-written in training mode), reset at every training epoch's start (also the first epoch of a resumed
-run: a run resumed mid-epoch goes on with a zero state), and "eval" (evaluation mode), reset at every
-validation and test, so a validation inside an epoch leaves the training state as it was. A batch of
-another size than the slot's state (or on another device) starts from zeros.
+written in training mode), reset at every training epoch's start and kept by a checkpoint written inside an
+epoch (`carried_state`: a run resumed there goes on with the state it stopped with, `nplm.training.stopping`),
+and "eval" (evaluation mode), reset at every validation and test, so a validation inside an epoch leaves the
+training state as it was. A batch of another size than the slot's state (or on another device) starts from
+zeros.
 
 Evaluation reads each split as one stream in blocks of T, one block per batch, the state carried
 (`data.eval_batch_size` is not used): each token's NLL is that of the model reading the whole split
@@ -98,6 +99,16 @@ class LSTMLanguageModel(Model):
         """Forget the state of `slot` (TRAIN or EVAL; None: both)."""
         for name in (TRAIN, EVAL) if slot is None else (slot,):
             self.carried.pop(name, None)
+
+    def carried_state(self, slot: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The slot's (h, c), each [L, B, H], on the CPU (None: it starts from zeros)."""
+        state = self.carried.get(slot)
+        return None if state is None else (state[0].cpu(), state[1].cpu())
+
+    def restore_state(self, slot: str, state, device: torch.device) -> None:
+        """A checkpoint's (h, c) carried in `slot` again (a run resumed inside an epoch goes on from it)."""
+        if state is not None:
+            self.carried[slot] = (state[0].to(device), state[1].to(device))
 
     def _slot(self) -> str:
         return TRAIN if self.training else EVAL

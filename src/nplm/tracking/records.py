@@ -135,17 +135,24 @@ class RunRecord:
     """Owns `metrics.json` and `config.yaml` of one run directory (written by rank 0 only)."""
 
     def __init__(self, out_dir: Path, cfg: DictConfig, corpus: dict, data_files: dict[str, str],
-                 overrides: list[str], resumed_s: float = 0.0):
+                 overrides: list[str], resumed_s: float = 0.0, earlier: dict | None = None,
+                 resumed_from: dict | None = None):
         """`resumed_s`: the seconds a resumed run had already spent (`EpochHistory.resumed_s`), so that
-        `wall_time_s` counts the whole run, not only its last invocation."""
+        `wall_time_s` counts the whole run, not only its last invocation. `earlier`: the record of the run this
+        one continues, whose `pieces` it goes on with; `resumed_from`: where its checkpoint left off."""
         self.out_dir = out_dir
         self.started = time.time() - resumed_s
+        commit = dict(zip(("git_commit", "commit_from"), code_version()))
+        # each invocation that trained the run: when, where it began and ended, on what (nplm-compare, the drivers)
+        pieces = list((earlier or {}).get("pieces") or [])
+        pieces.append({"started": _now(), "from": resumed_from, "git_commit": commit["git_commit"],
+                       "host": socket.gethostname(), "torch_threads": torch.get_num_threads()})
         self.data = {
             "status": "running",
             **writer(),
             "experiment": cfg.get("experiment_name"),
             "seed": cfg.seed,
-            **dict(zip(("git_commit", "commit_from"), code_version())),
+            **commit,
             "data_files": data_files,
             "corpus": corpus,
             "command": " ".join(sys.argv),
@@ -156,6 +163,7 @@ class RunRecord:
                         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                         "gpu": gpu_trained_on(cfg)},
             "metrics": {},
+            "pieces": pieces,
         }
         self.enabled = rank_zero_only.rank == 0
         if self.enabled:
@@ -169,18 +177,34 @@ class RunRecord:
         self.data["wall_time_s"] = round(time.time() - self.started, 3)
         write_json(self.out_dir / "metrics.json", self.data)
 
+    def end_piece(self, status: str, by: str | None = None, where: dict | None = None) -> None:
+        """This invocation's piece of the run ended: how (`status`, stopped `by` what) and `where` (epoch, batch)."""
+        self.data["pieces"][-1].update(ended=_now(), status=status, by=by, at=where)
+
     def finish(self, metrics: dict, **extra) -> None:
         self.data.update(status="finished", metrics=metrics, **extra)
+        self.data.pop("stopped", None)
+        self.save()
+
+    def stop(self, metrics: dict, by: str, where: dict, **extra) -> None:
+        """Stopped before its end (`nplm.training.stopping`) by `by`, `where`: `resume` continues it."""
+        self.data.update(status="stopped", metrics=metrics, stopped={"by": by, **where}, **extra)
         self.save()
 
     def diverge(self, error: BaseException, **extra) -> None:
         """The training diverged (`nplm.training.divergence.Diverged`): the run stopped; its checkpoints stay."""
+        self.end_piece("diverged")
         self.data.update(status="diverged", error=str(error), **extra)
         self.save()
 
     def fail(self, error: BaseException) -> None:
+        self.end_piece("failed")
         self.data.update(status="failed", error=f"{type(error).__name__}: {error}")
         self.save()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 class EpochHistory(Checkpoint):
@@ -196,10 +220,10 @@ class EpochHistory(Checkpoint):
         self.rows: list[dict] = []
         self.resumed_s = 0.0  # elapsed seconds at the end of the last epoch kept from a resumed run
         if resume_from is not None and path.exists():
-            done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
+            done = epochs_done(resume_from)
             with open(path) as f:
                 self.rows = [{k: _parse(v) for k, v in row.items() if v != ""}  # a fresh row's keys
-                             for row in csv.DictReader(f) if int(row["epoch"]) <= done]
+                             for row in csv.DictReader(f) if int(row["epoch"]) < done]
             self.resumed_s = self.rows[-1]["elapsed_s"] if self.rows else 0.0
             self._write_all()
         self._start = time.time() - self.resumed_s
@@ -230,6 +254,14 @@ class EpochHistory(Checkpoint):
         log.info("epoch %d: train/ppl %s  val/ppl %s  (best %s)%s  %s tokens/s%s  %.1f s", row["epoch"],
                  _fmt(row.get("train/ppl")), _fmt(row.get("val/ppl")), _fmt(row.get("val/ppl_best")), text,
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), mfu, row.get("train/epoch_time_s") or 0.0)
+
+
+def epochs_done(checkpoint: Path) -> int:
+    """The whole epochs a checkpoint holds: Lightning's count of the epochs it has processed (one written at an
+    epoch's end holds that epoch, one written inside an epoch, `nplm.training.stopping`, only those before)."""
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    progress = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
+    return progress.get("processed", ckpt["epoch"] + 1)
 
 
 def _parse(value: str):
@@ -308,28 +340,33 @@ def drop_anonymous(logger) -> None:
 
 
 def _continue_csv(logger, resume_from: Path | None) -> None:
-    """Lightning's CSVLogger deletes `csv/metrics.csv` when it starts; a resumed run keeps the rows
-    of the epochs its checkpoint completed (each once) and appends to them."""
+    """Lightning's CSVLogger deletes `csv/metrics.csv` when it starts; a resumed run keeps the rows logged before its
+    checkpoint's optimizer step (each once: the epochs it holds, and the steps and validations of an epoch it
+    stopped inside), and appends to them.
+
+    Lightning writes that file in place (appending, or rewriting it whole when a new column comes), so a kill
+    can tear it or lose rows, and one between last.ckpt and Lightning's epoch-end row loses that row. The run's
+    own metrics.csv (written atomically, before last.ckpt) has every epoch the checkpoint holds: a training or
+    validation row that is missing is taken from there, so both files agree after any kill."""
     path = Path(logger.log_dir) / "metrics.csv"
     rows, fields = [], []
-    if resume_from is not None and path.is_file():
-        done = torch.load(resume_from, map_location="cpu", weights_only=True)["epoch"]
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            fields = list(reader.fieldnames or [])
-            rows = [row for row in reader if row.get("epoch") and int(float(row["epoch"])) <= done]
-        # Lightning logs an epoch's training metrics after last.ckpt is saved: a kill in between loses
-        # that row, and the resumed run does not log it again. Our own metrics.csv has it.
-        have = {int(float(row["epoch"])) for row in rows if row.get("train/epoch_time_s")}
+    if resume_from is not None:
+        done = epochs_done(resume_from)
+        steps = torch.load(resume_from, map_location="cpu", weights_only=True)["global_step"]
+        fields, readable = _readable_rows(path)
+        rows = [row for row in readable if row["step"] < steps]  # (Lightning's axis: the optimizer steps before each row)
         history = Path(logger.save_dir) / "metrics.csv"
-        if history.is_file():
-            with open(history, newline="") as f:
-                for row in csv.DictReader(f):
-                    if int(row["epoch"]) <= done and int(row["epoch"]) not in have:
-                        rows.append({"epoch": row["epoch"], "step": int(row["step"]) - 1,
-                                     **{k: row[k] for k in TRAIN_EPOCH_FIELDS if row.get(k)}})
-                        fields += [k for k in rows[-1] if k not in fields]
-        rows.sort(key=lambda row: int(float(row["epoch"])))
+        for row in _readable_rows(history)[1] if history.is_file() else []:
+            epoch = row["epoch"]
+            if epoch >= done:
+                continue
+            for kind, names in (("train/epoch_time_s", TRAIN_EPOCH_FIELDS), ("val/ppl", VALIDATION_FIELDS)):
+                if row.get(kind) is not None and not any(r.get("epoch") == epoch and r.get(kind) is not None
+                                                         for r in rows):
+                    rows.append({"epoch": epoch, "step": row["step"] - 1,
+                                 **{k: row[k] for k in names if row.get(k) is not None}})
+                    fields += [k for k in rows[-1] if k not in fields]
+        rows.sort(key=lambda row: (row["step"], row.get("epoch") is not None))
     writer = logger.experiment  # creates the writer, which removes the file
     if rows:
         with atomic_open(path, "w", newline="") as f:
@@ -337,6 +374,31 @@ def _continue_csv(logger, resume_from: Path | None) -> None:
             out.writeheader()
             out.writerows(rows)
         writer.metrics_keys = sorted(fields)  # later rows are appended (the header grows if keys are new)
+
+
+VALIDATION_FIELDS = ["val/ppl", "val/ppl_best", "val/bpb", "val/word_ppl"]  # an epoch's validation row (in history)
+
+
+def _readable_rows(path: Path) -> tuple[list[str], list[dict]]:
+    """(the header, the rows) of a metrics CSV, values as numbers (empty: left out), `epoch` and `step` as
+    integers; a row torn by a kill (cut short, or a value that is not a number) is left out."""
+    if not path.is_file():
+        return [], []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = list(reader.fieldnames or []), []
+        for raw in reader:
+            if None in raw.values() or None in raw or not raw.get("step"):  # (a short or long row)
+                continue
+            try:
+                row = {k: _parse(v) for k, v in raw.items() if v != ""}
+            except ValueError:
+                continue
+            row["step"] = int(row["step"])
+            if "epoch" in row:
+                row["epoch"] = int(row["epoch"])
+            rows.append(row)
+    return fields, rows
 
 
 def finish_wandb(failed: bool) -> None:

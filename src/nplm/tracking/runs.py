@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -36,7 +37,8 @@ HYDRA_ONLY = {".hydra", "train.log"}  # what Hydra writes into a job folder befo
 RUN_OUTPUTS = ("metrics.csv", "csv", "checkpoints", "wandb", "wandb_id.txt")
 # Keys that change how a run is watched or continued, not what it trains.
 NOT_TRAINING = ("resume", "resume_allow_changes", "verbose", "progress.interval",
-                "stop_at", "steps_per_execution",  # (a wall-clock deadline; the same updates, grouped)
+                "stop_at", "trainer.max_time",  # (when to stop, not what is trained: nplm.training.stopping)
+                "steps_per_execution",  # (the same updates, grouped)
                 "threads")  # (the record's machine.torch_threads says it)
 
 
@@ -109,6 +111,56 @@ def finished_job(out_dir: Path, overrides: list[str]) -> dict | None:
     return None
 
 
+LIMITS = ("trainer.max_epochs", "trainer.max_steps")  # raised, a finished run trains on
+CHECKPOINT_GROUPS = ("model", "head", "tree", "corpus")  # what a checkpoint holds and refuses to change
+
+
+def finished_named_run(resume, config: dict) -> dict | None:
+    """`resume=<a run folder>` naming a finished run with nothing left to train: its record (with `dir`), which
+    nothing may rewrite; else None. `config`: the resolved config asked for now. Nothing is left where it trains
+    what the run's own config.yaml trained or differs from it without raising `trainer.max_epochs` or
+    `trainer.max_steps` (the optimizer's settings, say: nothing would train). Raised limits train on; another
+    model, head, tree or corpus goes on to the checkpoint's checks, which refuse it before anything is written."""
+    if not names_a_run(resume) or is_multirun():
+        return None
+    run = Path(str(resume)).expanduser()
+    record = read_record(run) if run.is_dir() else None
+    if record is None or record.get("status") != "finished":
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        given = OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=True)
+    except Exception:  # no readable config: the usual checks decide
+        return None
+    old, new = _training_keys(given), _training_keys(config)
+    changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+
+    def limit(value) -> float:
+        return math.inf if value in (None, -1) else float(value)
+
+    if any(limit(new.get(k)) > limit(old.get(k)) for k in changed & set(LIMITS)):
+        return None  # something left to train
+    if any(k.split(".")[0] in CHECKPOINT_GROUPS for k in changed):
+        return None  # (another model, head, tree or corpus than the checkpoint's: refused by its checks, nothing written)
+    return {**record, "dir": str(run)}
+
+
+def _training_keys(config: dict, prefix: str = "") -> dict:
+    """`config` flattened to dotted keys, without those that do not change what is trained (`NOT_TRAINING`,
+    where files go, the trackers)."""
+    out = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if name in NOT_TRAINING or name in ("paths", "logger", "hydra", "progress", "experiment_name"):
+            continue
+        if isinstance(value, dict):
+            out.update(_training_keys(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
 def _last_checkpoint(run_dir: Path) -> Path | None:
     path = run_dir / "checkpoints" / "last.ckpt"
     return path if path.is_file() else None
@@ -139,6 +191,11 @@ def resolve_resume(resume, out_dir: Path, overrides: list[str], allow_changes: b
         if resume in RESUME_NEWEST or not Path(str(resume)).is_file():
             return out_dir, None
     if resume in RESUME_OFF:
+        record = read_record(out_dir)
+        if record is not None and record.get("status") == "stopped" and _last_checkpoint(out_dir) is not None:
+            raise UserError(f"hydra.run.dir={out_dir}: holds a run that was stopped before its end (by "
+                            f"{(record.get('stopped') or {}).get('by')}); add resume=true to continue it, or give "
+                            "another hydra.run.dir")
         return out_dir, None
     if resume in RESUME_NEWEST:
         old = latest_to_continue(out_dir, overrides, allow_changes)

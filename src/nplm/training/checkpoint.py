@@ -65,17 +65,31 @@ def load_model(path: str | Path) -> LanguageModel:
     return module.eval()
 
 
+def where_free(corpus: dict) -> dict:
+    """A corpus config without the keys that say where its files are (folders and files), which may move."""
+    from nplm.config.rules import FilePath, SearchDir
+    from nplm.config.schema import groups
+
+    keys = groups()["corpus"].keys_of(corpus.get("name"))
+    return {k: v for k, v in corpus.items() if not isinstance(keys.get(k), (FilePath, SearchDir))}
+
+
 # keys that choose how a loss is computed, not what is learned: a run may go on with another value
 PATH_KEYS = {("head", "training_path")}
 
 
-def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
-    """Before any data is read: refuse to continue a run of `model` and `head` (their config groups) from a
-    checkpoint that cannot be read or was trained with another model or head, naming what differs. Returns
-    the checkpoint's vocabulary, tree and hyperparameters for `check_resumable_data`."""
+def check_resumable_settings(path: str | Path, model: dict, head: dict, corpus: dict | None = None) -> dict:
+    """Before any data is read: refuse to continue a run of `model`, `head` and `corpus` (their config groups)
+    from a checkpoint that cannot be read or was trained with another model, head or corpus (a corpus's folders
+    and files may move), naming what differs. Returns the checkpoint's vocabulary, tree and hyperparameters for
+    `check_resumable_data`."""
     ckpt = read_checkpoint(path)
-    theirs = ckpt["hyper_parameters"]
-    for part, ours in (("model", model), ("head", head)):
+    theirs = dict(ckpt["hyper_parameters"])
+    parts = [("model", model), ("head", head)]
+    if corpus is not None and (theirs.get("data") or {}).get("corpus") is not None:
+        theirs["corpus"] = where_free(theirs["data"]["corpus"])
+        parts.append(("corpus", where_free(corpus)))
+    for part, ours in parts:
         name = theirs.get(part, {}).get("name")
         if name != ours.get("name"):
             raise UserError(f"resume: checkpoint {str(path)!r} was trained with {part}={name}, not {part}="
@@ -86,7 +100,21 @@ def check_resumable_settings(path: str | Path, model: dict, head: dict) -> dict:
             raise UserError(f"resume: checkpoint {str(path)!r} has another {part} ("
                             f"{', '.join(f'{part}.{k}' for k in diff)} differ); resume with the settings it was "
                             "trained with")
-    return {"hyper_parameters": theirs, CHECKPOINT_KEY: ckpt[CHECKPOINT_KEY]}
+    loader_states = ckpt.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader") or [{}]
+    return {"hyper_parameters": ckpt["hyper_parameters"], CHECKPOINT_KEY: ckpt[CHECKPOINT_KEY], "callbacks": ckpt.get("callbacks") or {},
+            "position": {"epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step"),
+                         "inside_epoch": ckpt[CHECKPOINT_KEY].get("epoch_so_far") is not None,
+                         "batch": loader_states[0].get("batches"), "group": loader_states[0].get("group")}}
+
+
+def check_resumable_position(resumed: dict, batches_per_step: int) -> None:
+    """Refuse to go on inside an epoch with another number of batches per Lightning step than the checkpoint's
+    (`steps_per_execution`): Lightning counts the epoch's trained steps in the checkpoint's groups."""
+    position = resumed["position"]
+    if position["inside_epoch"] and position["group"] not in (None, batches_per_step):
+        raise UserError(f"steps_per_execution: this run stopped inside an epoch with {position['group']} batches "
+                        f"per Lightning step, this one takes {batches_per_step}; resume it with steps_per_execution="
+                        f"{position['group']}")
 
 
 def check_resumable_data(ckpt: dict, path: str | Path, module: LanguageModel) -> None:

@@ -19,6 +19,15 @@ class LossWindow:
         self.batches += batches
         self.tokens += tokens
 
+    def state(self) -> dict:
+        """The sums for a checkpoint (on the CPU)."""
+        return {"loss": self.loss.detach().cpu(), "batches": self.batches, "tokens": self.tokens}
+
+    def restore(self, state: dict) -> None:
+        """The sums of a checkpoint's `state`."""
+        self.loss = state["loss"].to(self.loss.device, self.loss.dtype)
+        self.batches, self.tokens = int(state["batches"]), int(state["tokens"])
+
     def mean(self) -> torch.Tensor:
         """The mean per-token loss (float32, on the device; no sync)."""
         return (self.loss / self.tokens).float()

@@ -11,23 +11,22 @@ from nplm.data.vocabulary import Vocabulary
 from nplm.heads import build_head, head_class
 from nplm.models import build_model
 from nplm.optimizers import build_optimizer
-from nplm.training.capture import eager_optimizer_state
-from nplm.training.divergence import Diverged, DivergenceWatch, divergence_fix
+from nplm.training.checkpoint_entry import CHECKPOINT_KEY, read_entry, write_entry  # noqa: F401 (CHECKPOINT_KEY: its readers import it here)
+from nplm.training.divergence import Diverged, divergence_fix
+from nplm.training.epoch_state import TrainingEpoch
 from nplm.training.execution import StepOptions
 from nplm.training.flops import FlopReport
 from nplm.training.lightning_counters import LOG_AXIS, lightning_counter
-from nplm.training.log_window import LossWindow
 from nplm.training.perplexity import Perplexity
-from nplm.training.rng import restore_rng, rng_state
+from nplm.training.rng import restore_rng
 from nplm.training.steps import TrainingStep, choose_step, compile_loss
 from nplm.training.steps.compiled import CUDAGRAPH_TREES, compiles
 from nplm.training.steps.schedules import step_epoch_schedules
 from nplm.training.sync_debug import sync_debug_applies, sync_mode
 from nplm.training.text_metrics import TextFigures
-from nplm.training.throughput import EpochClock, speed_figures
+from nplm.training.throughput import speed_figures
 from nplm.trees.tree import Tree
 
-CHECKPOINT_KEY = "nplm"  # our entry in Lightning checkpoints: vocabulary and tree, as plain lists
 
 
 class LanguageModel(pl.LightningModule):
@@ -82,6 +81,8 @@ class LanguageModel(pl.LightningModule):
         self.text_figures = TextFigures()  # bits per byte, per-word perplexity (nplm.training.text_metrics)
         self.flops: FlopReport | None = None  # the training step's FLOPs and the device's peak (FlopCount)
         self._resumed_rng: dict | None = None  # the checkpoint's generators, until training resumes (on_train_start)
+        self._epoch_so_far: dict | None = None  # a checkpoint's epoch stopped inside, until training resumes
+        self._now: TrainingEpoch | None = None  # the epoch being trained
 
     # -- the model ---------------------------------------------------------------------------
     def forward(self, context: torch.Tensor) -> torch.Tensor:
@@ -123,14 +124,20 @@ class LanguageModel(pl.LightningModule):
         self._log_axis = lightning_counter(self.trainer, *LOG_AXIS)
         self._sync_debug = sync_debug_applies(self.sync_debug, self.device)
         self.stepper = choose_step(self)
+        so_far, self._epoch_so_far = self._epoch_so_far, None
+        if so_far is not None:  # resumed inside an epoch (Lightning calls no on_train_epoch_start for it)
+            self.on_train_epoch_start()
+            self._now.restore(so_far)
+            self.model.restore_state("train", so_far["carried"], self.device)
 
     def on_train_epoch_start(self) -> None:
-        self._clock = EpochClock()
-        self._epoch = LossWindow(self.device)  # the epoch's training loss (train/ppl) and tokens
-        self._window = LossWindow(self.device)  # since the last log line (train/loss)
-        self._watch = DivergenceWatch(self.device)
+        self._now = TrainingEpoch(self.device)  # (nplm.training.epoch_state)
         self.stepper.new_epoch()
         self.model.reset_state("train")  # (a model that carries its state: every epoch starts from zeros)
+
+    def training_epoch(self) -> TrainingEpoch | None:
+        """The epoch being trained (None between epochs: once its end hooks have begun)."""
+        return self._now if self._now is not None and not self._now.ended else None
 
     def training_step(self, batches, batch_idx: int) -> dict:
         """`batches`: the `steps_per_execution` consecutive batches `[(context [B, k], target [B]), ...]`
@@ -143,12 +150,12 @@ class LanguageModel(pl.LightningModule):
         stay on the device; they are read, and checked (`check_finite`), every `log_every_n_steps` optimizer
         steps, at each validation and at the end of the epoch."""
         group = [batches] if isinstance(batches[0], torch.Tensor) else batches  # (a loader of single batches)
-        stepper, watch = self.stepper, self._watch
+        stepper, watch = self.stepper, self._now.watch
         max_steps, accumulate = self.trainer.max_steps, self.step_options.accumulate_grad_batches
         log_every = self.step_options.log_every_n_steps or self.trainer.log_every_n_steps
         done = tokens = 0
         steps_before = step = self.global_step  # (counted here per batch: Lightning's counter is a chain of reads)
-        epoch_batches = self._epoch.batches  # trained so far this epoch
+        epoch_batches = self._now.batches  # trained so far this epoch
         last = len(group) - 1 if self.trainer.is_last_batch else -1
         with sync_mode(self._sync_debug, "error" if steps_before > stepper.setup_steps else "default"):
             for i, (context, target) in enumerate(group):
@@ -165,8 +172,7 @@ class LanguageModel(pl.LightningModule):
             return {"batches": 0, "tokens": 0}
         losses, group_sum = stepper.take_losses()  # [N] (or [1]: their sum), float64 []
         watch.watch(losses, group_sum, tokens)
-        self._epoch.add(group_sum, done, tokens)
-        self._window.add(group_sum, done, tokens)
+        self._now.add(group_sum, done, tokens)
         if self.global_step // log_every > steps_before // log_every:
             self._log_window()  # a multiple of log_every_n_steps optimizer steps was passed in this group
         # Lightning adds one step per call to its loggers' axis; make the axis count optimizer steps, as
@@ -182,7 +188,7 @@ class LanguageModel(pl.LightningModule):
         of an epoch, a validation)."""
         with sync_mode(self._sync_debug, "default"):
             self.head.check_training(epoch_end)
-            self._watch.check(self.current_epoch, self.divergence_fix)
+            self._now.watch.check(self.current_epoch, self.divergence_fix)
 
     def divergence_fix(self) -> str:
         """What to change when the training diverged."""
@@ -196,32 +202,32 @@ class LanguageModel(pl.LightningModule):
         their axis: `self.log` would leave it in Lightning's step results, which Lightning writes again
         at every later step it flushes (each step of several batches) until a new value comes."""
         self.check_finite(epoch_end)  # the read of the device every log_every_n_steps steps
-        if self._window.batches == 0:
+        window = self._now.take_window()
+        if window.batches == 0:
             return
-        mean = self._window.mean()
         if epoch_end:
-            self.log("train/loss", mean, prog_bar=True, sync_dist=True)
+            self.log("train/loss", window.mean(), prog_bar=True, sync_dist=True)
         else:
             for logger in self.loggers:
-                logger.log_metrics({"train/loss": mean.item()}, step=self.global_step - 1)
-        self._window = LossWindow(self.device)
+                logger.log_metrics({"train/loss": window.mean().item()}, step=self.global_step - 1)
 
     def _validating_inside_fit(self) -> bool:
         return self.trainer.state.fn == "fit" and not self.trainer.sanity_checking
 
     def on_validation_start(self) -> None:
         if self._validating_inside_fit():  # validation inside a training epoch: not training time
-            self._clock.pause()
+            self._now.clock.pause()
 
     def on_validation_end(self) -> None:
         if self._validating_inside_fit():
-            self._clock.resume()
+            self._now.clock.resume()
 
     def on_train_epoch_end(self) -> None:
+        self._now.ended = True  # (the checkpoints written from here on are of a whole epoch)
         self._log_window(epoch_end=True)
-        seconds = self._clock.elapsed()
-        nll_sum = self.trainer.strategy.reduce(self._epoch.loss, reduce_op="sum")
-        tokens = self._epoch.tokens * self.trainer.world_size  # every rank trains as many batches
+        seconds = self._now.clock.elapsed()
+        nll_sum = self.trainer.strategy.reduce(self._now.loss.loss, reduce_op="sum")
+        tokens = self._now.loss.tokens * self.trainer.world_size  # every rank trains as many batches
         self.log(self.train_ppl_name, torch.exp(nll_sum.double() / max(tokens, 1)), sync_dist=True)  # (float64: > 88 nats)
         figures, self.flops = speed_figures(tokens, seconds, self.flops, self.trainer.world_size)
         for name, value in figures.items():  # tokens per second, MFU, epoch time
@@ -285,15 +291,9 @@ class LanguageModel(pl.LightningModule):
         return config
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # as an eager run saves them: float step sizes, not capturable (resumable anywhere)
-        if "optimizer_states" in checkpoint:
-            checkpoint["optimizer_states"] = [eager_optimizer_state(s) for s in checkpoint["optimizer_states"]]
-        checkpoint[CHECKPOINT_KEY] = {"vocab": self.vocab.to_dict(), "best_val_ppl": self.best_val_ppl,
-                                      "tree": self.tree.to_dict() if self.tree is not None else None,
-                                      "tokenizer": None if self.vocab.subword is None else self.vocab.subword.to_dict(),
-                                      "rng": rng_state(self.device), "head_sizes": list(self.head.graph_sizes())}
+        write_entry(self, checkpoint)  # (nplm.training.checkpoint_entry)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        ours = checkpoint[CHECKPOINT_KEY]
-        self.best_val_ppl, self._resumed_rng = ours["best_val_ppl"], ours.get("rng")
-        self.head.restore_sizes(tuple(ours.get("head_sizes", ())))
+        entry = read_entry(checkpoint)
+        self.best_val_ppl, self._resumed_rng, self._epoch_so_far = entry["best_val_ppl"], entry["rng"], entry["epoch_so_far"]
+        self.head.restore_sizes(entry["head_sizes"])

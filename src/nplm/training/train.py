@@ -30,14 +30,16 @@ from nplm.tracking.quiet import quiet
 from nplm.tracking.lock import RunLock
 from nplm.tracking.records import (EpochHistory, RunRecord, build_loggers, check_same_data, finish_wandb, mark_started,
                                    write_json)
-from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, is_multirun, job_overrides,
-                                names_a_run, override_key, read_record, resolve_resume)
-from nplm.training.checkpoint import DataFilesInCheckpoint, check_resumable_data, check_resumable_settings
+from nplm.tracking.runs import (RESUME_NEWEST, clear_outputs, discard_fresh, finished_job, finished_named_run, is_multirun,
+                                job_overrides, names_a_run, override_key, read_record, resolve_resume)
+from nplm.training.checkpoint import (DataFilesInCheckpoint, check_resumable_data, check_resumable_position,
+                                      check_resumable_settings)
 from nplm.training.execution import ExecutionPlan
 from nplm.training.flops import FlopCount, FlopReport
 from nplm.training.memory import check_memory
 from nplm.training.module import Diverged, LanguageModel
 from nplm.training.process import set_up_process
+from nplm.training.stopping import StopRequests, TrainingStopped, check_budget_left, seconds_of
 from nplm.training.trainer import build_trainer, check_trainer
 from nplm.training.tree_phase import container, tree_of_run
 
@@ -81,6 +83,12 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
     # a finished run in this folder is skipped (a re-run sweep), unless resume names a run or checkpoint:
     # then it goes on (a raised trainer.max_epochs, or a run a time limit stopped, trains on)
     named = names_a_run(cfg.get("resume")) and not is_multirun()
+    done = finished_named_run(cfg.get("resume"), container(cfg))
+    if done is not None:  # a finished run is never rewritten
+        if Path(done["dir"]).resolve() != fresh.resolve():
+            discard_fresh(fresh)
+        log.info("resume=%s: that run has finished and has nothing left to train; it stays as it is", cfg.resume)
+        return {**done["metrics"], "best_checkpoint": done.get("best_checkpoint"), "status": "finished"}
     done = None if named else finished_job(fresh, overrides)
     if done is None:
         try:
@@ -119,6 +127,22 @@ def train(cfg: DictConfig, callbacks: Sequence[pl.Callback] = ()) -> dict:
             lock.release()
 
 
+def ended_anyway(trainer: pl.Trainer) -> bool:
+    """Whether the run had ended where a stop fell on an epoch's end: its last epoch, its last step, or early stopping."""
+    from pytorch_lightning.callbacks import EarlyStopping
+
+    max_epochs, max_steps = trainer.max_epochs or -1, trainer.max_steps
+    return (0 < max_epochs <= trainer.current_epoch or 0 < max_steps <= trainer.global_step
+            or any(isinstance(c, EarlyStopping) and c.stopped_epoch for c in trainer.callbacks))
+
+
+def describe_stop(where: dict) -> str:
+    """Where a run stopped, in words."""
+    if where.get("inside_epoch"):
+        return f"in epoch {where['epoch']} after batch {where['batch']}"
+    return f"at the end of epoch {where['epoch']}"
+
+
 def check_data_dir(folder: str) -> None:
     """`paths.data_dir` (downloads, the id cache, the device's measured peak) must be writable: refused before
     any data is read, not when a run first writes there."""
@@ -154,7 +178,11 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     """One run in `out_dir` (from checkpoint `ckpt`, or fresh), trained by `processes` processes (DDP's
     ranks), `callbacks` added to its Trainer: the steps, in order."""
     set_up_process(cfg)
-    resumed = None if ckpt is None else check_resumable_settings(ckpt, container(cfg.model), container(cfg.head))
+    resumed = None if ckpt is None else check_resumable_settings(ckpt, container(cfg.model), container(cfg.head),
+                                                                  container(cfg.corpus))
+    if resumed is not None:  # trainer.max_time counts every piece of the run: refused once it is spent
+        check_budget_left(resumed["callbacks"].get(StopRequests.__qualname__), seconds_of(cfg.trainer.get("max_time")),
+                          cfg.trainer.get("max_time"))
     context_size, block_size, carries_state = data_layout(container(cfg.model), cfg.data.get("block_size"))
     dm = LMDataModule(container(cfg.corpus), context_size, cfg.data.batch_size,
                       cfg.data.eval_batch_size, seed=cfg.seed, data_dir=cfg.paths.data_dir,
@@ -166,6 +194,8 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
     dm.require_batches(cfg.trainer, processes)
     plan = ExecutionPlan.build(container(cfg.trainer), dm.train_batches(), cfg.get("steps_per_execution", 1))
     dm.group_training(plan.batches_per_step, plan.train_batches)
+    if resumed is not None:
+        check_resumable_position(resumed, plan.batches_per_step)
     tree = tree_of_run(cfg, dm, out_dir, train_first=_train)
     check_memory(cfg, dm.vocab, tree)  # before allocating
     module = LanguageModel(container(cfg.model), container(cfg.head), container(cfg.optimizer),
@@ -176,12 +206,14 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         check_resumable_data(resumed, ckpt, module)
     if cfg.get("compile"):
         module.compile_training_step(cfg.get("compile_backend") or "inductor", cfg.get("compile_mode"))
-    module.cuda_graphs = cfg.get("cuda_graphs", True)
+    module.cuda_graphs = cfg.get("cuda_graphs") is not False  # (null: captured on a CUDA device)
     module.capture_dry, module.sync_debug = bool(cfg.get("capture_dry")), bool(cfg.get("sync_debug"))
     run_name, group = _hydra_job()
     loggers = build_loggers(cfg, out_dir, run_name, group or cfg.get("experiment_name"), resume_from=ckpt)
     history = EpochHistory(out_dir / "metrics.csv", resume_from=ckpt)
-    record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s)
+    record = RunRecord(out_dir, cfg, dm.summary(), dm.files, overrides or [], resumed_s=history.resumed_s,
+                       earlier=read_record(out_dir) if ckpt is not None else None,
+                       resumed_from=None if resumed is None else resumed["position"])
     record.data["tied_embeddings"] = module.tied_embeddings  # model.tie_embeddings (auto) as resolved
     if dm.vocab.subword is not None and record.enabled:  # the ids' text: nplm.data.subwords
         atomic_write(out_dir / "tokenizer.json", json.dumps(dm.vocab.subword.to_dict()))
@@ -203,10 +235,14 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         extra = [flop_count, DataFilesInCheckpoint(dm.files), *callbacks]
         trainer = build_trainer(cfg, out_dir, loggers, history, plan, extra_callbacks=extra)
         began = True  # from here on the run is never removed: it may hold checkpoints
-        trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+        stopper = next(c for c in trainer.callbacks if isinstance(c, StopRequests))
+        try:
+            trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+        except TrainingStopped:  # inside an epoch, after last.ckpt there: the best checkpoint so far is tested
+            pass
         metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
         best_path = trainer.checkpoint_callback.best_model_path
-        if dm.has_split("test"):
+        if dm.has_split("test") and (best_path or stopper.reason is None):
             # (no best checkpoint when max_steps stopped the run before any validation: the last weights)
             metrics.update(trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)[0])
             if not math.isfinite(metrics["test/ppl"]):  # (the last weights, where no validation ran to catch it)
@@ -217,8 +253,16 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
         metrics.update(module.best_val_figures())
         if module.flops is not None:
             metrics.update(module.flops.metrics())
-        record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
+        stopped = stopper.reason is not None and not ended_anyway(trainer)
+        where = {"epoch": trainer.current_epoch, "batch": None} if not stopped else stopper.where
+        record.end_piece("stopped" if stopped else "finished", stopper.reason if stopped else None, where)
+        if stopped:
+            record.stop(metrics, stopper.reason, stopper.where, epochs=trainer.current_epoch, best_checkpoint=best_path,
+                        history=history.rows)
+        else:
+            record.finish(metrics, epochs=trainer.current_epoch, best_checkpoint=best_path, history=history.rows)
         metrics["best_checkpoint"] = best_path
+        metrics["status"] = record.data["status"]
         for logger in loggers if record.enabled else []:  # (another rank's W&B experiment is a stand-in)
             if hasattr(logger, "experiment") and hasattr(logger.experiment, "summary"):
                 logger.experiment.summary.update({k: v for k, v in metrics.items()
@@ -227,6 +271,9 @@ def _train(cfg: DictConfig, out_dir: Path, ckpt: Path | None = None, overrides: 
             log.info("val/ppl_best %s  test/ppl %s  (%s)",
                      f"{module.best_val_ppl:.3f}" if validated else "- (no validation ran)",
                      f"{metrics['test/ppl']:.3f}" if "test/ppl" in metrics else "-", out_dir)
+            if stopped:
+                log.warning("stopped by %s %s; resume=%s continues it exactly", stopper.reason,
+                            describe_stop(stopper.where), out_dir)
         failed = False
         return metrics
     except Diverged as err:

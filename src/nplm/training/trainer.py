@@ -1,10 +1,9 @@
 """The pytorch_lightning.Trainer of a run: checkpoints (best and last, written atomically), early
-stopping, a wall-clock deadline, progress lines."""
+stopping, stops that resume exactly (`nplm.training.stopping`), progress lines."""
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -17,19 +16,7 @@ from nplm.tracking.records import EpochHistory
 from nplm.training.averaging import ema_callback
 from nplm.training.checkpoint_io import AtomicCheckpointIO
 from nplm.training.execution import ExecutionPlan
-
-
-class StopAt(pl.Callback):
-    """Stops training after the batch during which the wall clock passes `deadline` (Unix time). Not
-    Lightning's max_time, whose elapsed time is restored with a checkpoint: a resumed run would stop
-    at once. Holds no state, so a run stopped here goes on from its last checkpoint like any other."""
-
-    def __init__(self, deadline: float):
-        self.deadline = deadline
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args) -> None:
-        if time.time() >= self.deadline:
-            trainer.should_stop = True
+from nplm.training.stopping import StopRequests, seconds_of
 
 
 # The Trainer arguments Lightning checks against each other and the machine when a Trainer is made, each
@@ -94,8 +81,10 @@ def build_trainer(cfg: DictConfig, out_dir: Path, loggers: list, history: EpochH
     if cfg.callbacks.get("ema_decay"):  # validate, checkpoint and test the weights' moving average
         callbacks.append(ema_callback(float(cfg.callbacks.ema_decay)))
     trainer_cfg = dict(plan.trainer_options)  # trainer, in Lightning's steps of plan.batches_per_step batches
-    if cfg.get("stop_at"):  # a wall-clock deadline (Unix time, checked by the schema): train until then, then test
-        callbacks.append(StopAt(float(cfg.stop_at)))
+    # stop_at (Unix time), trainer.max_time (nplm's, not Lightning's: it stops inside an epoch with a checkpoint
+    # there), SIGTERM and SIGINT: nplm.training.stopping
+    callbacks.append(StopRequests(out_dir / "checkpoints" / "last.ckpt", cfg.get("stop_at"),
+                                  seconds_of(trainer_cfg.pop("max_time", None))))
     callbacks += extra_callbacks
     if trainer_cfg.get("enable_progress_bar") is not False:
         # A live bar in a terminal; a plain line every progress.interval seconds in batch jobs and CI logs.
