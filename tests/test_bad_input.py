@@ -253,6 +253,7 @@ def test_brown_offline_without_a_local_copy(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nltk.data, "path", [])
     monkeypatch.delenv("NLTK_DATA", raising=False)
+    (tmp_path / "empty").mkdir()
     expect_error(tmp_path, r"^NLTK corpus 'brown' not found .* downloads are off; set NLTK_DATA=/dir/with/corpora/"
                  r"brown.zip", "corpus=brown", f"corpus.nltk_data={tmp_path / 'empty'}", "corpus.download=false")
 
@@ -290,6 +291,30 @@ def cli(tmp_path, *args: str):
      "use head=hierarchical, or a tree built from the corpus (e.g. tree=balanced)"),
     (["trainer.devices=1000"], "trainer.devices=1000: at most %d, the CPU cores of this machine (one process each); "
                                "lower trainer.devices"),
+    # settings that would be accepted and then ignored: each refused, naming the key that decides
+    (["model=transformer", "model.local_window=3"],
+     "model.local_window=3: applies only with model.first_layer=local (here model.first_layer=attention); set "
+     "model.first_layer=local, or leave model.local_window out"),
+    (["model=transformer", "model.summaries=2"],
+     "model.summaries=2: applies only with model.first_layer=nplm (here model.first_layer=attention); set "
+     "model.first_layer=nplm, or leave model.summaries out"),
+    (["model=transformer", "head=adaptive", "head.div_value=1000"],
+     "head.div_value=1000: model=transformer ties the head's output vectors to its input vectors "
+     "(model.tie_embeddings=auto), which fixes head.div_value=1.0; set model.tie_embeddings=false, or "
+     "head.div_value=1.0"),
+    (["model=lstm", "data.block_size=0"],
+     "data.block_size=0: model=lstm trains on blocks of T tokens, carrying its state from one to the next, and has no "
+     "window mode; give data.block_size a T > 0, or null for its T = 35"),
+    (["model=lstm", "data.eval_batch_size=64"],
+     "data.eval_batch_size=64: model=lstm reads each evaluation split as one stream, one block per batch, so it has "
+     "no evaluation batch size; leave data.eval_batch_size out"),
+    (["cuda_graphs=true"], "cuda_graphs=true: captures the training step on a CUDA device, and trainer.accelerator=cpu "
+                           "trains on no CUDA device; set trainer=gpu, or leave cuda_graphs out"),
+    (["corpus=brown", "corpus.nltk_data=/no/such/folder"],
+     "corpus.nltk_data=/no/such/folder: must be an existing folder (empty: none) or null"),
+    (["experiment=zaremba2014/small", "data.block_size=null"],
+     "optimizer.lr: cannot be resolved (ValueError raised while resolving interpolation: data.block_size (the "
+     "recipe's step is per unrolled step) must be a number, not None)"),
 ])
 def test_cli_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
     if "%d" in message:

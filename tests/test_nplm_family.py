@@ -138,7 +138,7 @@ def test_tied_heads_score_every_word_with_the_models_table(name, options):
     reach the one table."""
     torch.manual_seed(0)
     model = build_model({"name": "modern", "context_size": 5, "window": 3, "summaries": 1, "embed_dim": 8,
-                         "hidden_dim": 8, "num_layers": 1}, V).double()
+                         "hidden_dim": 8, "num_layers": 1}, V, head_can_tie=True).double()
     options = {**options, **ADAPTIVE} if name == "adaptive" else options
     head = build_any_head(name, options, model.feature_dim, V, COUNTS, tie_to=model.output_embeddings()).double()
     E = model.E.weight

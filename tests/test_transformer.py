@@ -104,6 +104,10 @@ def test_auto_ties_the_output_vectors_where_the_head_has_one_per_word(head, tied
     model = build_model({**TINY, "tie_embeddings": "auto"}, V, head_can_tie=head_class(head).can_tie)
     assert (model.output_embeddings() is model.E.weight) == tied
     assert build_model({**TINY, "tie_embeddings": False}, V, head_can_tie=True).output_embeddings() is None
+    # without the key, its default (auto) is resolved too: tied only where the head can take it
+    untied = {k: v for k, v in TINY.items() if k != "tie_embeddings"}
+    assert build_model(untied, V).output_embeddings() is None
+    assert build_model(untied, V, head_can_tie=True).output_embeddings() is not None
 
 
 def test_a_bad_first_layer_is_refused_in_one_line_with_exit_2(tmp_path):
@@ -127,8 +131,17 @@ def test_contradicting_keys_are_refused(values, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
-def test_the_concatenation_keys_are_not_checked_without_the_nplm_first_layer():
-    check_group("model", groups()["model"], {"name": "transformer", "context_size": 4, "window": 8})
+def test_a_first_layers_keys_are_refused_under_another_first_layer():
+    """model.window and model.summaries shape first_layer=nplm, model.local_window first_layer=local: set under
+    another first layer they would change nothing, so they are refused, naming the key that decides."""
+    with pytest.raises(UserError, match=r"^model.window=8: applies only with model.first_layer=nplm \(here "
+                                        r"model.first_layer=attention\); set model.first_layer=nplm, or leave model.window out$"):
+        check_group("model", groups()["model"], {"name": "transformer", "context_size": 4, "window": 8})
+    with pytest.raises(UserError, match=r"^model.local_window=3: applies only with model.first_layer=local \(here "
+                                        r"model.first_layer=nplm\)"):
+        check_group("model", groups()["model"], {"name": "transformer", "first_layer": "nplm", "local_window": 3})
+    # their defaults (what the yaml sets) are no choice of the user's: accepted under any first layer
+    check_group("model", groups()["model"], {"name": "transformer", "context_size": 4, "window": 5, "local_window": 5})
 
 
 def test_the_model_arithmetic_computes_the_same_features_as_the_fused_attention():

@@ -115,7 +115,7 @@ def run_config(overrides: list[str], precision: str, compile_: bool, graphs: boo
 
     overrides = [*overrides, "trainer=gpu", f"trainer.precision={precision}", f"compile={str(compile_).lower()}",
                  "sync_debug=true",
-                 f"cuda_graphs={str(graphs).lower()}", "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
+                 *([] if graphs else ["cuda_graphs=false"]), "trainer.max_epochs=1", f"trainer.limit_train_batches={steps}",
                  "trainer.limit_val_batches=20", "trainer.enable_progress_bar=false", "logger=none",
                  f"paths.output_dir={tmp}/run", f"paths.data_dir={tmp}/data"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -113,7 +113,7 @@ def compose(shape: str, batch: int, graphs: bool, compile_: bool, corpus: dict, 
 
     overrides = [*SHAPES[shape]["overrides"], "corpus=text_files", f"corpus.train={corpus['train']}",
                  f"corpus.valid={corpus['valid']}", f"data.batch_size={batch}", "trainer=gpu",
-                 "trainer.precision=bf16-mixed", f"cuda_graphs={str(graphs).lower()}", f"compile={str(compile_).lower()}",
+                 "trainer.precision=bf16-mixed", *([] if graphs else ["cuda_graphs=false"]), f"compile={str(compile_).lower()}",
                  "trainer.max_epochs=2", f"trainer.limit_train_batches={steps}", "trainer.limit_val_batches=2",
                  "callbacks.early_stopping_patience=null", "trainer.enable_progress_bar=false", "logger=none",
                  f"paths.output_dir={tmp}/run-{shape}-{batch}-{graphs}-{compile_}", f"paths.data_dir={tmp}/data-{shape}",

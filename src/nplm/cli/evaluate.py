@@ -56,8 +56,11 @@ def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, 
     return {"ppl": math.exp(nll_sum / tokens), "nll_per_token": nll_sum / tokens, "tokens": tokens}
 
 
+DEFAULT_BATCH_SIZE = 1024  # windows (blocks) per batch
+
+
 def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data_dir: str = "data_cache",
-             batch_size: int = 1024, block_size: int | None = None, changed_data: bool = False) -> dict:
+             batch_size: int | None = None, block_size: int | None = None, changed_data: bool = False) -> dict:
     """Perplexity of the checkpoint's model on a `split` of its corpus, or on the file `text` (in
     batches of whole blocks of `block_size` tokens where given: a model with `trains_on_blocks`). The
     corpus's files must be those the checkpoint's run read (their sha256), unless `changed_data`."""
@@ -73,6 +76,10 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
 
     module = load_model(checkpoint)
     k = module.model.context_size
+    if batch_size is not None and module.model.carries_state:
+        raise UserError(f"--batch-size={batch_size}: model={type(module.model).option_name} reads the text as one "
+                        "stream, one block per batch (its state carried); leave --batch-size out")
+    batch_size = batch_size or DEFAULT_BATCH_SIZE
     if block_size and not module.model.trains_on_blocks:
         raise UserError(f"--block-size={block_size}: model={type(module.model).option_name} predicts one window at "
                         "a time; leave --block-size out")
@@ -130,8 +137,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="evaluate this text file instead, tokenised as the checkpoint's corpus")
     parser.add_argument("--data-dir", type=arg.output_dir, default="data_cache",
                         help="where corpus downloads go (default data_cache)")
-    parser.add_argument("--batch-size", type=arg.integer(1), default=1024,
-                        help="windows (blocks with --block-size) per batch (default 1024)")
+    parser.add_argument("--batch-size", type=arg.integer(1),
+                        help=f"windows (blocks with --block-size) per batch (default {DEFAULT_BATCH_SIZE}; a model that "
+                             "carries its state reads one block per batch)")
     parser.add_argument("--block-size", type=arg.integer(1), metavar="T",
                         help="score batches of whole blocks of T tokens (models that train on blocks: modern, transformer)")
     parser.add_argument("--changed-data", action="store_true",

@@ -28,9 +28,12 @@ from nplm.config.rules import Check, Rule
 from nplm.errors import UserError
 
 
-def option(default: Any, rule: Rule, doc: str = "") -> Any:
-    """A dataclass field that is also a config key: `context_size: int = option(4, Int(1), "n-1")`."""
-    return field(default=default, metadata={"rule": dataclasses.replace(rule, doc=doc or rule.doc)})
+def option(default: Any, rule: Rule, doc: str = "", when: dict[str, tuple] | None = None) -> Any:
+    """A dataclass field that is also a config key: `context_size: int = option(4, Int(1), "n-1")`. `when`: the
+    values of other keys of the option under which the key matters (`{"first_layer": ("nplm",)}`); a value other
+    than `default` under any other is refused, naming the key that decides."""
+    rule = dataclasses.replace(rule, doc=doc or rule.doc, default=default, when=tuple((when or {}).items()))
+    return field(default=default, metadata={"rule": rule})
 
 
 def setting_of(cls: type) -> Callable[[dict, str], Any]:

@@ -42,6 +42,9 @@ class Rule:
     required: bool = False  # the key must be given (no usable default)
     hint: str = ""  # added to the description, e.g. "-1, endless training, is refused"
     doc: str = ""  # what the key does, for the help page (`nplm-train --help GROUP=OPTION`)
+    # ((other key, its values), ...): the key matters only where each other key of its group has one of those
+    # values; another value than `default` elsewhere is refused (`nplm.config.schema.check_group`)
+    when: tuple = ()
 
     def __call__(self, value) -> str | None:
         if value is None:
@@ -122,13 +125,16 @@ class Str(Rule):
 
 @dataclass(frozen=True)
 class SearchDir(Rule):
-    """A folder to search, or "" (an empty environment variable such as NLTK_DATA=) for none."""
+    """A folder to search, which must exist (one that does not would be passed over for another in silence), or
+    "" (an empty environment variable such as NLTK_DATA=) for none."""
 
     def ok(self, v) -> bool:
-        return isinstance(v, str)
+        from pathlib import Path
+
+        return isinstance(v, str) and (v == "" or Path(v).expanduser().is_dir())
 
     def text(self) -> str:
-        return "a folder (empty: none)"
+        return "an existing folder (empty: none)"
 
 
 @dataclass(frozen=True)

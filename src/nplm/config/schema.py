@@ -131,7 +131,7 @@ TOP: dict[str, Rule] = {
     "compile": Bool(default=False),
     "compile_mode": Choice(options=COMPILE_MODES, nullable=True),
     "compile_backend": Choice(options=COMPILE_BACKENDS, default="inductor"),
-    "cuda_graphs": Bool(default=True),
+    "cuda_graphs": Bool(nullable=True),
     "capture_dry": Bool(default=False),
     "sync_debug": Bool(default=False),
     "tf32": Bool(default=True),
@@ -150,7 +150,7 @@ TOP_DOC = {
     "compile": "torch.compile the training step",
     "compile_mode": "torch.compile's mode with compile=true (reduce-overhead: its own CUDA graphs, nplm's capture off)",
     "compile_backend": "torch.compile's backend with compile=true (aot_eager: its graph capture without code generation)",
-    "cuda_graphs": "on a CUDA device, replay each training step as a captured CUDA graph (ignored on a CPU)",
+    "cuda_graphs": "on a CUDA device, replay each training step as a captured CUDA graph (null: yes; false: eager)",
     "capture_dry": "run the captured step (static buffers, one function, replays counted) without CUDA graphs, on any device",
     "sync_debug": "on a CUDA device: any host-device sync inside a training step raises (refused on a CPU run)",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
@@ -191,6 +191,15 @@ def check_group(prefix: str, group: Group, values) -> None:
         problem = rule(value)
         if problem is not None:
             raise _fail(f"{prefix}.{key}", value, f"must be {problem}")
+    for key, rule in keys.items():  # a key set where the option's mode does not use it
+        if not rule.when or values.get(key, rule.default) == rule.default:
+            continue
+        for other, allowed in rule.when:
+            if values.get(other, keys[other].default) not in allowed:
+                chosen = " or ".join(f"{prefix}.{other}={show(a)}" for a in allowed)
+                raise _fail(f"{prefix}.{key}", values[key], f"applies only with {chosen} (here {prefix}.{other}="
+                            f"{show(values.get(other, keys[other].default))}); set {prefix}.{other}={show(allowed[0])}, "
+                            f"or leave {prefix}.{key} out")
     for check in group.checks_of(option):
         problem = check.test(values)
         if problem is not None:
@@ -233,6 +242,37 @@ def _blocks_need_a_block_model(cfg: dict) -> str | None:
             f"whole blocks need model={' or model='.join(able)}")
 
 
+@functools.cache
+def _yaml_default(group: str, key: str):
+    """The value train.yaml gives `group.key`."""
+    from omegaconf import OmegaConf
+
+    from nplm.config import CONF_DIR
+
+    return OmegaConf.load(CONF_DIR / "train.yaml")[group][key]
+
+
+def _stream_models_read_whole_splits(cfg: dict) -> str | None:
+    """A model that carries its state (`Model.carries_state`) trains on blocks, one after the other along parallel
+    streams, and reads each evaluation split as one stream, a block per batch (`nplm.data.streams`): it has no
+    window mode (data.block_size=0) and no evaluation batch size."""
+    from nplm.models import MODELS, model_options
+
+    name, _ = model_options(cfg["model"])
+    cls = MODELS.get(name)
+    if not cls.carries_state:
+        return None
+    if cfg["data"].get("block_size") == 0:
+        return (f"data.block_size=0: model={name} trains on blocks of T tokens, carrying its state from one to the "
+                f"next, and has no window mode; give data.block_size a T > 0, or null for its T = "
+                f"{cls.default_block_size}")
+    given, default = cfg["data"].get("eval_batch_size"), _yaml_default("data", "eval_batch_size")
+    if given != default:
+        return (f"data.eval_batch_size={show(given)}: model={name} reads each evaluation split as one stream, one "
+                f"block per batch, so it has no evaluation batch size; leave data.eval_batch_size out")
+    return None
+
+
 def _carried_state_needs_one_process(cfg: dict) -> str | None:
     """A model that carries its state between blocks (`Model.carries_state`) trains on parallel streams in order
     (`nplm.data.streams`): DDP's ranks, each taking every other batch, would break the streams."""
@@ -240,11 +280,15 @@ def _carried_state_needs_one_process(cfg: dict) -> str | None:
 
     devices = cfg["trainer"].get("devices", 1)
     count = len(devices) if isinstance(devices, (list, tuple)) else devices if isinstance(devices, int) else 1
+    if devices in ("auto", -1, "-1") and cfg["trainer"].get("accelerator", "cpu") != "cpu":
+        count = 2  # one process per GPU Lightning finds: several on a host with several
     name, _ = model_options(cfg["model"])
     if count <= 1 or not MODELS.get(name).carries_state:
         return None
     return (f"trainer.devices={show(devices)}: model={name} carries its state from one batch to the next along "
-            "data.batch_size parallel streams, which several processes would split; use trainer.devices=1")
+            "data.batch_size parallel streams, which several processes would split"
+            + (" (auto: one process per GPU found)" if count == 2 and not isinstance(devices, int) else "")
+            + "; use trainer.devices=1")
 
 
 def _head(cfg: dict):
@@ -328,11 +372,21 @@ def _head_fits_the_features(cfg: dict) -> str | None:
     from nplm.models import build_model
 
     head = _head(cfg)
-    if head.features_problem.__func__ is Head.features_problem.__func__:  # no rule of its own: no model is built
-        return None
+    if head.features_problem.__func__ is Head.features_problem.__func__ and not head.tied_values:
+        return None  # no rule of its own: no model is built
     with torch.device("meta"):
-        features = build_model(cfg["model"], 2).feature_dim
-    return head.features_problem({k: v for k, v in cfg["head"].items() if k != "name"}, features)
+        model = build_model(cfg["model"], 2, head_can_tie=head.can_tie)
+    options = {k: v for k, v in cfg["head"].items() if k != "name"}
+    if model.output_embeddings() is None:
+        return head.features_problem(options, model.feature_dim)
+    keys = groups()["head"].keys_of(cfg["head"]["name"])  # tied: the head's own output vectors' keys are fixed
+    for key, allowed in head.tied_values.items():
+        if options.get(key, keys[key].default) not in (keys[key].default, *allowed):
+            return (f"head.{key}={show(options[key])}: model={cfg['model']['name']} ties the head's output vectors to "
+                    f"its input vectors (model.tie_embeddings={show(cfg['model'].get('tie_embeddings'))}), which "
+                    f"fixes head.{key}={show(allowed[0])}; set model.tie_embeddings=false, or head.{key}="
+                    f"{show(allowed[0])}")
+    return None
 
 
 def _fp16_clipping_needs_an_unfused_optimizer(cfg: dict) -> str | None:
@@ -391,7 +445,7 @@ def _determinism_needs_no_benchmark(cfg: dict) -> str | None:
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
-               _carried_state_needs_one_process,
+               _carried_state_needs_one_process, _stream_models_read_whole_splits,
                _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
                _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model,
                _determinism_needs_no_benchmark)
@@ -434,17 +488,23 @@ def check_devices(trainer: dict) -> None:
         raise _fail("trainer.devices", devices, f"at most {count}, the GPUs visible on this machine")
 
 
-def check_sync_debug(cfg: dict) -> None:
-    """sync_debug=true checks a CUDA device's syncs: refused where the trainer config trains on another device."""
-    if not cfg.get("sync_debug"):
+def check_cuda_only(cfg: dict) -> None:
+    """sync_debug=true (a CUDA device's syncs) and cuda_graphs=true (a CUDA device's captured step, unless
+    capture_dry runs its logic anywhere): refused where the trainer config trains on another device."""
+    wanted = [key for key in ("sync_debug", "cuda_graphs") if cfg.get(key) is True
+              and not (key == "cuda_graphs" and cfg.get("capture_dry"))]
+    if not wanted:
         return
     import torch
 
     accelerator = cfg["trainer"].get("accelerator", "cpu")
     if accelerator in ("cpu", "mps") or (accelerator == "auto" and not torch.cuda.is_available()):
         where = "finds no CUDA GPU here" if accelerator == "auto" else "trains on no CUDA device"
-        raise UserError(f"sync_debug=true: checks a CUDA device's host-device syncs, and trainer.accelerator="
-                        f"{accelerator} {where}; set trainer=gpu, or sync_debug=false")
+        what = {"sync_debug": "checks a CUDA device's host-device syncs",
+                "cuda_graphs": "captures the training step on a CUDA device"}[wanted[0]]
+        fix = "sync_debug=false" if wanted[0] == "sync_debug" else "leave cuda_graphs out"
+        raise UserError(f"{wanted[0]}=true: {what}, and trainer.accelerator={accelerator} {where}; set trainer=gpu, "
+                        f"or {fix}")
 
 
 def validate(cfg):
@@ -466,5 +526,5 @@ def validate(cfg):
         if problem is not None:
             raise UserError(problem)
     check_devices(plain["trainer"])
-    check_sync_debug(plain)
+    check_cuda_only(plain)
     return cfg

@@ -118,7 +118,8 @@ def tails_problem(div_value: float, tails: int, feature_dim: int) -> str | None:
 
 @register_head("adaptive", keys={
     "cutoffs": IntList(1, nullable=True, doc="word-count boundaries of the clusters (null: from the counts)"),
-    "div_value": Float(gt=0, doc="each tail cluster's projection is this many times narrower"),
+    "div_value": Float(gt=0, default=4.0, doc="each tail cluster's projection is this many times narrower (tied: "
+                       "1, the tails are full width)"),
     "training_path": Choice(options=TRAINING_PATHS, doc="the training loss: auto (torch's grouping on a CPU in "
                             "float32 eager, else capacity), capacity (each row pays for the shortlist and its own "
                             "cluster), all (every cluster for every row: more FLOPs, fewer kernels)")})
@@ -153,6 +154,7 @@ class AdaptiveHead(CapacityPath, Head):
         self.init_capacities(counts, cutoffs, vocab_size)
 
     can_tie = True  # every word has an output vector: a row of H (shortlist) or of its cluster's T_i
+    tied_values = {"div_value": (1.0,)}  # tied, the tails are full width: no projection (module docstring)
 
     def tie_output_embeddings(self, weight: nn.Parameter) -> None:
         """The shortlist's rows of H and every tail's word vectors become rows of the model's `weight`

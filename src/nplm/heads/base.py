@@ -87,6 +87,9 @@ class Head(nn.Module):
     # Whether the head has one output vector per word that it can take from the model
     # (`tie_output_embeddings`; model.tie_embeddings=true)
     can_tie = False
+    # keys of the head's own output vectors -> the values they may take (their default aside) where the model ties
+    # the head's output vectors to its input vectors: any other is refused (`nplm.config.schema`)
+    tied_values: dict[str, tuple] = {}
     # Whether the head scores a "predicted representation" of the context (`predicted_representation`):
     # the vectors tree=learned clusters (Mnih & Hinton 2009)
     has_predicted_representation = False

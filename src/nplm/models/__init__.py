@@ -11,6 +11,8 @@ a concrete model.
 
 from __future__ import annotations
 
+import dataclasses
+
 from nplm.config.registry import Registry
 from nplm.models.base import Model, resolve_tie
 
@@ -39,9 +41,10 @@ def build_model(cfg: dict, vocab_size: int, head_can_tie: bool = False) -> Model
     checked against the schema). `head_can_tie`: whether the head has one output vector per word, what
     `tie_embeddings=auto` ties to."""
     name, options = model_options(cfg)
-    if "tie_embeddings" in options:
-        options["tie_embeddings"] = resolve_tie(options["tie_embeddings"], head_can_tie)
     cls = MODELS.get(name)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls.config_class)}
+    if "tie_embeddings" in defaults:  # (given or not: "auto" is resolved, never left a truthy string)
+        options["tie_embeddings"] = resolve_tie(options.get("tie_embeddings", defaults["tie_embeddings"]), head_can_tie)
     return cls(vocab_size, cls.config_class(**options))
 
 

@@ -87,11 +87,12 @@ class TransformerConfig:
     first_layer: str = option("attention", Choice(options=FIRST_LAYERS),
                               "attention (a Transformer), local (Transformer-C: the first attention reads the "
                               "last local_window tokens), nplm (Transformer-N: the modern NPLM's concatenation)")
-    window: int = option(5, Int(1), "first_layer=nplm: w, the last tokens whose vectors are concatenated")
+    window: int = option(5, Int(1), "first_layer=nplm: w, the last tokens whose vectors are concatenated",
+                         when={"first_layer": ("nplm",)})
     summaries: int = option(1, Int(0), "first_layer=nplm: g, learned weighted averages of the k - w tokens "
-                                       "before the window")
+                                       "before the window", when={"first_layer": ("nplm",)})
     local_window: int = option(5, Int(1), "first_layer=local: c, the positions (its own included) each "
-                                          "position's first attention reads")
+                                          "position's first attention reads", when={"first_layer": ("local",)})
     tie_embeddings: bool | str = option("auto", TIE_EMBEDDINGS, "the head's output word vectors are the input table E "
                                         "(auto: where the head has one vector per word)")
 
