@@ -25,6 +25,14 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def only_with(prefix: str, rule) -> str:
+    """Where a key applies only in some modes (`Rule.when`): " (only with group.key=value)"."""
+    if not rule.when:
+        return ""
+    return " (only with " + "; ".join(f"{prefix}.{other}=" + " or ".join(map(str, allowed))
+                                      for other, allowed in rule.when) + ")"
+
+
 def described(group: str, option: str) -> str:
     """The leading comment of the option's yaml file (its first paragraph), as one line."""
     lines = []
@@ -42,7 +50,8 @@ def key_table(prefix: str, keys: dict) -> list[str]:
     if not keys:
         return ["No keys of its own."]
     lines = ["| key | allowed | what it does |", "|---|---|---|"]
-    lines += [f"| `{prefix}.{key}` | {cell(rule.describe())} | {cell(rule.doc or '')} |" for key, rule in keys.items()]
+    lines += [f"| `{prefix}.{key}` | {cell(rule.describe())} | {cell((rule.doc or '') + only_with(prefix, rule))} |"
+              for key, rule in keys.items()]
     return lines
 
 

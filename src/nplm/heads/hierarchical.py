@@ -40,15 +40,16 @@ from nplm.heads.base import Head, rows, wide, require_counts, require_tree
 from nplm.trees.tree import Tree
 
 NODE_FORMS = ("morin_bengio", "logistic")
+MORIN_BENGIO_ONLY = (("node_form", ("morin_bengio",)),)  # the node network's keys (`Rule.when`)
 NODE_INITS = ("random", "zero", "unigram")
 COMPACT_WASTE = 1.25  # on a CPU, score only the real turns once padding would add more than 25% (nll)
 EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 exp overflows past 88)
 
 
 @register_head("hierarchical", keys={
-    "node_form": Choice(options=NODE_FORMS, doc="morin_bengio: sigmoid(alpha + beta.tanh(c + W f + U N)); logistic"),
-    "node_dim": Int(1, doc="size of a node's feature vector N (morin_bengio)"),
-    "node_hidden": Int(1, doc="hidden units of the node network (morin_bengio)"),
+    "node_form": Choice(options=NODE_FORMS, default="morin_bengio", doc="morin_bengio: sigmoid(alpha + beta.tanh(c + W f + U N)); logistic"),
+    "node_dim": Int(1, default=16, when=MORIN_BENGIO_ONLY, doc="size of a node's feature vector N (morin_bengio)"),
+    "node_hidden": Int(1, default=16, when=MORIN_BENGIO_ONLY, doc="hidden units of the node network (morin_bengio)"),
     "node_init": Choice(options=NODE_INITS, doc="node biases: random, zero, or from the unigram split"),
     "chunk_elements": Int(1, doc="scores computed per chunk of this many elements (memory bound)"),
     "sparse": Bool(doc="row-sparse gradients for the node parameters: only the batch's nodes are updated "
