@@ -207,6 +207,24 @@ def test_the_flop_count_holds_the_lstm_layers():
     assert flops == 3 * tokens * (2 * 2 * (H + H) * 4 * H + 2 * H * V)
 
 
+def test_cudnns_lstm_on_a_gpu_is_counted_as_the_cpus_layers_are():
+    """On CUDA torch.nn.LSTM is one `_cudnn_rnn` op (FlopCounterMode has no formula for it): its formula counts the
+    same hand-counted matmuls as the CPU's per-layer one, with or without biases (4 or 2 weights a layer)."""
+    from nplm.training.flops import _cudnn_rnn_backward_flops, _cudnn_rnn_flops, _lstm_layer_flops, extra_formulas
+
+    assert extra_formulas()[torch.ops.aten._cudnn_rnn] is _cudnn_rnn_flops
+    assert extra_formulas()[torch.ops.aten._cudnn_rnn_backward] is _cudnn_rnn_backward_flops
+    B, T, I, H = 3, 5, 12, 16
+    lstm = torch.nn.LSTM(I, H, num_layers=2, batch_first=True)
+    shapes = [tuple(w.shape) for layer in lstm.all_weights for w in layer]  # as cuDNN gets them: w_ih, w_hh, b_ih, b_hh
+    hand = 2 * B * T * ((I + H) + (H + H)) * 4 * H  # 2 flops a multiply-add, per layer (I_l + H) inputs, 4H gates
+    assert _cudnn_rnn_flops((B, T, I), shapes, 4) == hand
+    assert _cudnn_rnn_flops((B, T, I), [s for s in shapes if len(s) == 2], 2) == hand  # (bias=False)
+    assert _cudnn_rnn_backward_flops((B, T, I), shapes, 4) == 2 * hand
+    cpu = _lstm_layer_flops((B, T, I), shapes[0], shapes[1]) + _lstm_layer_flops((B, T, H), shapes[4], shapes[5])
+    assert cpu == hand
+
+
 def test_paths_that_cannot_carry_the_state_say_why():
     from nplm.training.capture import capture_blocker
 

@@ -61,6 +61,20 @@ def _lstm_layer_backward_flops(*args, **kwargs) -> int:
     return 2 * _lstm_layer_flops(*args, **kwargs)
 
 
+def _cudnn_rnn_flops(input_shape, weight_shapes, weight_stride0, *args, out_shape=None, **kwargs) -> int:
+    """cuDNN's whole RNN (`_cudnn_rnn`, torch.nn.LSTM's CUDA path), input [B, T, I] (or [T, B, I]) and each layer's
+    (and direction's) weights [gates H, I_l], [gates H, H] at `weight_stride0` apart in `weight_shapes`: each step's
+    two matmuls per layer, 2 (I_l + H) gates H per row, as `_lstm_layer_flops` counts the CPU's layers."""
+    rows = math.prod(input_shape[:-1])
+    pairs = [weight_shapes[i:i + 2] for i in range(0, len(weight_shapes), weight_stride0)]
+    return sum(2 * rows * (w_ih[1] + w_hh[1]) * w_ih[0] for w_ih, w_hh in pairs)
+
+
+def _cudnn_rnn_backward_flops(input_shape, weight_shapes, weight_stride0, *args, out_shape=None, **kwargs) -> int:
+    """Its backward: the gradients of the inputs and of the weights, twice the forward's."""
+    return 2 * _cudnn_rnn_flops(input_shape, weight_shapes, weight_stride0)
+
+
 def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     """The CPU's fused attention (`scaled_dot_product_attention`), q [b, h, n, d_q], k [b, h, m, d_q], v [b, h,
     m, d_v]: Q K^T and the weights times V, as FlopCounterMode counts the GPU's fused kernels."""
@@ -77,12 +91,15 @@ def _cpu_attention_backward_flops(grad_shape, query_shape, key_shape, value_shap
 
 def extra_formulas() -> dict:
     """FLOP formulas for the matmuls run outside the aten ops FlopCounterMode counts itself: oneDNN's linear
-    where `nplm.fast.cpu_gemm` uses it (its own capability check), the LSTM layers of model=lstm on a CPU, and
+    where `nplm.fast.cpu_gemm` uses it (its own capability check), the LSTM of model=lstm (oneDNN's layers on a CPU,
+    cuDNN's whole network on a GPU), and
     the CPU's fused attention kernel where this torch has it (model=transformer)."""
     from nplm.fast.cpu_gemm import onednn_linear_works
 
     formulas = {torch.ops.aten.mkldnn_rnn_layer: _lstm_layer_flops,
-                torch.ops.aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_flops}
+                torch.ops.aten.mkldnn_rnn_layer_backward: _lstm_layer_backward_flops,
+                torch.ops.aten._cudnn_rnn: _cudnn_rnn_flops,  # (FlopCounterMode has no formula of its own for it)
+                torch.ops.aten._cudnn_rnn_backward: _cudnn_rnn_backward_flops}
     if onednn_linear_works():
         formulas[torch.ops.mkldnn._linear_pointwise] = _onednn_linear_flops
     fused = "_scaled_dot_product_flash_attention_for_cpu"
