@@ -217,9 +217,13 @@ def stopped_by(history: list[dict], patience: int) -> str:
 
 
 def finished(result: dict) -> bool:
-    """A row that ran as planned, which a target line may count: not marked unconverged, and not stopped by a
-    time limit (its last epoch cut, fewer epochs than planned)."""
-    return result.get("converged") is not False and not (result.get("stopped_by") or "").startswith("time limit")
+    """A row that ran as planned, which a target line may count: not marked unconverged, not stopped by a
+    time limit (its last epoch cut, fewer epochs than planned), and with no epoch cut short inside its run (a
+    resume before nplm resumed inside an epoch went on from the cut epoch's end: that epoch's other batches
+    were never trained)."""
+    inner = [e for e in result.get("cut_epochs") or [] if e < (result.get("epochs") or 0)]
+    return (result.get("converged") is not False and not (result.get("stopped_by") or "").startswith("time limit")
+            and not inner)
 
 
 UNFINISHED = "*"  # on a row that did not finish (a time limit stopped it); target lines count finished rows only

@@ -30,7 +30,7 @@ def result(folder: Path, row: str, valid: float, kn5: float, converged: bool = T
     (folder / f"{row}.json").write_text(json.dumps({**record, **extra}))
 
 
-def test_an_epoch_cut_inside_the_best_row_is_said_with_the_updates_it_lost(tmp_path):
+def test_an_epoch_cut_inside_a_row_is_said_with_the_updates_it_lost_and_leaves_it_unfinished(tmp_path):
     run = driver()
     steps = [3922] * 9
     steps[4] = 1472  # the 5th epoch cut short by a session's budget; the row resumed from its end
@@ -41,7 +41,8 @@ def test_an_epoch_cut_inside_the_best_row_is_said_with_the_updates_it_lost(tmp_p
     said = ("epoch 5 cut short by a time limit (1,472 of 3,922 updates), the run resumed from its end: 0.62 of an "
             "epoch's updates fewer than its command plans")
     text = run.tables(tmp_path)
-    assert text.count(said) == 2  # in the target's line and under the row's own heading
+    # said under the row's own heading; the batches it never trained leave it unfinished: no target counts it
+    assert text.count(said) == 1 and "- not measured (no modern NPLM row has finished)" in text
     assert run.epoch_seconds(record) == 400.0
 
 

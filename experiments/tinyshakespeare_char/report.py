@@ -29,7 +29,7 @@ def tables(results: Path, specs: dict) -> str:
              "the last 10%, 111,540 characters, validates; no test split). vs KN5: against the modified "
              "Kneser-Ney 5-gram of the same training characters, scored by `nplm-mix CKPT --ngram kn5` on "
              "the same characters; epochs trained / best; * = not finished (stopped by a time limit, or before early "
-             "stopping), s / epoch of the whole epochs; empty = not run yet.",
+             "stopping, or an epoch cut short inside the run), s / epoch of the whole epochs; empty = not run yet.",
              "",
              "| model | context (characters) | parameters | valid ppl | valid loss (nats) | vs KN5 | epochs | "
              "stopped by | s / epoch |",
