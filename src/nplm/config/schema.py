@@ -77,7 +77,8 @@ TRAINER = Group(options={"": {
     "num_sanity_val_steps": Int(-1), "deterministic": Bool(), "benchmark": Bool(nullable=True),
     "enable_progress_bar": Bool(nullable=True), "detect_anomaly": Bool(),
     "limit_train_batches": BATCH_LIMIT, "limit_val_batches": BATCH_LIMIT, "limit_test_batches": BATCH_LIMIT,
-    "max_time": MaxTime(nullable=True),
+    "max_time": MaxTime(nullable=True, doc="training time over every piece of the run: then it stops inside its epoch, "
+                        "with a checkpoint there, recorded stopped (nplm's, not Lightning's)"),
     "check_val_every_n_epoch": Int(1), "accumulate_grad_batches": Int(1), "use_distributed_sampler": Bool(),
 }}, checks=(Check("min_epochs", lambda t: None if (t.get("min_epochs") or 0) <= t.get("max_epochs", 1) else
                   f"at most trainer.max_epochs={t['max_epochs']} (Lightning stops there whatever min_epochs says)"),))
@@ -155,7 +156,7 @@ TOP_DOC = {
     "sync_debug": "on a CUDA device: any host-device sync inside a training step raises (refused on a CPU run)",
     "tf32": "TF32 matmuls on CUDA (no effect on CPU)",
     "malloc_keep_freed": "Linux: glibc's malloc keeps large freed buffers for the whole process (faster big-vocabulary CPU steps)",
-    "stop_at": "Unix time: train until then, then test the best checkpoint",
+    "stop_at": "Unix time: stop by then (with a checkpoint to resume from), test the best checkpoint",
 }
 
 
