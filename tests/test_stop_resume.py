@@ -232,9 +232,11 @@ def test_resume_of_a_finished_run_leaves_every_file_as_it_was(tmp_path, where, u
 
 
 @pytest.mark.filterwarnings("ignore:Experiment logs directory")
-def test_lightnings_csv_log_torn_by_a_kill_is_mended_from_the_runs_record(tmp_path):
-    """A kill while Lightning rewrites csv/metrics.csv in place loses rows, or leaves half a line: the resumed
-    run's log holds every epoch of its checkpoint again, with the values of the run's own metrics.csv."""
+@pytest.mark.parametrize("kill", ["torn", "lost"])
+def test_lightnings_csv_log_torn_by_a_kill_is_mended_from_the_runs_record(tmp_path, kill):
+    """A kill while Lightning rewrites csv/metrics.csv in place loses rows, or leaves half a line, or the file is
+    not there yet: the resumed run's log holds every epoch of its checkpoint again, with the values of the run's
+    own metrics.csv, and the rows Lightning appends after them land in their columns."""
     from pytorch_lightning.loggers import CSVLogger
 
     from nplm.tracking.records import _continue_csv
@@ -248,8 +250,14 @@ def test_lightnings_csv_log_torn_by_a_kill_is_mended_from_the_runs_record(tmp_pa
     torn = [header, *(line for line in lines[1:] if line not in epoch0 and ",test" not in line and line.split(",")[2] == "")]
     assert torn[-1].startswith("2,44,")  # (epoch 2's training row)
     log.write_text("\n".join(torn)[:-7])  # epoch 0's rows gone, the last one (epoch 2's training row) cut short
-    _continue_csv(CSVLogger(str(run), name="csv", version=""), run / "checkpoints" / "last.ckpt")
+    if kill == "lost":  # (killed before Lightning first wrote it)
+        log.unlink()
+    logger = CSVLogger(str(run), name="csv", version="")
+    _continue_csv(logger, run / "checkpoints" / "last.ckpt")
     assert lightning_rows(run, "val/ppl") == whole[0]
     mended = lightning_rows(run, "train/ppl")
     assert [r[:2] for r in mended] == [r[:2] for r in whole[1]]
     assert [r[2] for r in mended] == pytest.approx([r[2] for r in whole[1]], rel=1e-6)
+    logger.log_metrics({"epoch": 3, "train/ppl": 1.5, "val/ppl": 2.5}, step=60)  # the resumed run goes on
+    logger.save()
+    assert lightning_rows(run, "train/ppl")[-1] == (3, 60, 1.5) and lightning_rows(run, "val/ppl")[-1] == (3, 60, 2.5)

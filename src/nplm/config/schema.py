@@ -253,43 +253,11 @@ def _yaml_default(group: str, key: str):
     return OmegaConf.load(CONF_DIR / "train.yaml")[group][key]
 
 
-def _stream_models_read_whole_splits(cfg: dict) -> str | None:
-    """A model that carries its state (`Model.carries_state`) trains on blocks, one after the other along parallel
-    streams, and reads each evaluation split as one stream, a block per batch (`nplm.data.streams`): it has no
-    window mode (data.block_size=0) and no evaluation batch size."""
-    from nplm.models import MODELS, model_options
+def _stream_models_read_whole_streams(cfg: dict) -> str | None:
+    """What a model that carries its state (`Model.carries_state`) cannot do: `nplm.models.stream`."""
+    from nplm.models.stream import config_problem, eval_batch_problem
 
-    name, _ = model_options(cfg["model"])
-    cls = MODELS.get(name)
-    if not cls.carries_state:
-        return None
-    if cfg["data"].get("block_size") == 0:
-        return (f"data.block_size=0: model={name} trains on blocks of T tokens, carrying its state from one to the "
-                f"next, and has no window mode; give data.block_size a T > 0, or null for its T = "
-                f"{cls.default_block_size}")
-    given, default = cfg["data"].get("eval_batch_size"), _yaml_default("data", "eval_batch_size")
-    if given != default:
-        return (f"data.eval_batch_size={show(given)}: model={name} reads each evaluation split as one stream, one "
-                f"block per batch, so it has no evaluation batch size; leave data.eval_batch_size out")
-    return None
-
-
-def _carried_state_needs_one_process(cfg: dict) -> str | None:
-    """A model that carries its state between blocks (`Model.carries_state`) trains on parallel streams in order
-    (`nplm.data.streams`): DDP's ranks, each taking every other batch, would break the streams."""
-    from nplm.models import MODELS, model_options
-
-    devices = cfg["trainer"].get("devices", 1)
-    count = len(devices) if isinstance(devices, (list, tuple)) else devices if isinstance(devices, int) else 1
-    if devices in ("auto", -1, "-1") and cfg["trainer"].get("accelerator", "cpu") != "cpu":
-        count = 2  # one process per GPU Lightning finds: several on a host with several
-    name, _ = model_options(cfg["model"])
-    if count <= 1 or not MODELS.get(name).carries_state:
-        return None
-    return (f"trainer.devices={show(devices)}: model={name} carries its state from one batch to the next along "
-            "data.batch_size parallel streams, which several processes would split"
-            + (" (auto: one process per GPU found)" if count == 2 and not isinstance(devices, int) else "")
-            + "; use trainer.devices=1")
+    return config_problem(cfg) or eval_batch_problem(cfg, _yaml_default("data", "eval_batch_size"))
 
 
 def _head(cfg: dict):
@@ -446,7 +414,7 @@ def _determinism_needs_no_benchmark(cfg: dict) -> str | None:
 # Rules across config groups, each `test(cfg) -> the one-line message or None`, run after every group passed.
 CROSS_GROUP = (_tie_needs_output_vectors, _learned_tree_needs_predicted_representations, _sparse_rows_need_no_momentum,
                _compile_needs_dense_gradients, _head_fits_the_features, _blocks_need_a_block_model,
-               _carried_state_needs_one_process, _stream_models_read_whole_splits,
+               _stream_models_read_whole_streams,
                _fp16_clipping_needs_an_unfused_optimizer, _compile_options_need_compile, _dry_capture_needs_cuda_graphs,
                _half_weights_need_a_larger_adam_eps, _learned_tree_needs_a_validated_first_model,
                _determinism_needs_no_benchmark)

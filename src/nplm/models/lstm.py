@@ -21,7 +21,8 @@ layer was drawn uniformly too). The word vectors are H wide, as in the paper's c
 wide as the output word vectors: `tie_embeddings` ties the head's output vectors to E with no projection
 (auto: where the head has one vector per word; the paper untied, `experiment=zaremba2014/*`).
 
-Training (`carries_state`): the training stream is cut into `data.batch_size` = B parallel streams and
+How nplm trains, evaluates, checkpoints and checks a model that carries its state, in one place:
+`nplm.models.stream` (`StreamModel`, this model's base). Training: the training stream is cut into `data.batch_size` = B parallel streams and
 batch i holds block i (T = `data.block_size` tokens) of every stream, in order (`nplm.data.streams`), as the
 paper's `ptb.traindataset(batch_size)`. With context size k = 1 a block's ids [B, T + 1] are w_{bT+1} ..
 w_{bT+T+1}: the inputs ids[:, :T], the targets ids[:, 1:], and the next block's inputs start with this
@@ -49,10 +50,10 @@ from torch import nn
 
 from nplm.config.registry import option
 from nplm.config.rules import Float, Int
-from nplm.models import Model, register_model
+from nplm.models import register_model
 from nplm.models.base import TIE_EMBEDDINGS, lookup
+from nplm.models.stream import StreamModel
 
-TRAIN, EVAL = "train", "eval"  # the state's slots (training mode, evaluation mode)
 
 
 @dataclass
@@ -71,13 +72,11 @@ class LSTMConfig:
 
 
 @register_model("lstm", keys=LSTMConfig)
-class LSTMLanguageModel(Model):
+class LSTMLanguageModel(StreamModel):
     """Zaremba et al. (2014): a block's ids `[B, T + 1]` -> features `[B, T, H]`, the state carried between
     blocks (module docstring)."""
 
     config_class = LSTMConfig
-    trains_on_blocks = True
-    carries_state = True
     context_size = 1  # the block's inputs are ids[:, :T] (module docstring)
     default_block_size = 35  # T where data.block_size is null: the paper's unrolling (medium, large)
 
@@ -92,41 +91,14 @@ class LSTMLanguageModel(Model):
         self.drop = nn.Dropout(cfg.dropout)  # on the word vectors and the last layer's output
         for p in self.parameters():
             nn.init.uniform_(p, -cfg.init_scale, cfg.init_scale)
-        self.carried: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # slot -> (h, c), each [L, B, H]
-
-    # -- the carried state -------------------------------------------------------------------
-    def reset_state(self, slot: str | None = None) -> None:
-        """Forget the state of `slot` (TRAIN or EVAL; None: both)."""
-        for name in (TRAIN, EVAL) if slot is None else (slot,):
-            self.carried.pop(name, None)
-
-    def carried_state(self, slot: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The slot's (h, c), each [L, B, H], on the CPU (None: it starts from zeros)."""
-        state = self.carried.get(slot)
-        return None if state is None else (state[0].cpu(), state[1].cpu())
-
-    def restore_state(self, slot: str, state, device: torch.device) -> None:
-        """A checkpoint's (h, c) carried in `slot` again (a run resumed inside an epoch goes on from it)."""
-        if state is not None:
-            self.carried[slot] = (state[0].to(device), state[1].to(device))
-
-    def _slot(self) -> str:
-        return TRAIN if self.training else EVAL
-
-    def _initial_state(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The slot's state where it fits the batch `x` [B, T, H] (its size and device); else None (zeros)."""
-        state = self.carried.get(self._slot())
-        if state is None or state[0].shape[1] != x.shape[0] or state[0].device != x.device:
-            return None
-        return state
 
     # -- features ----------------------------------------------------------------------------
     def block_features(self, ids: torch.Tensor) -> torch.Tensor:
         """Features `[B, T, H]` of blocks `[B, T + 1]` (inputs ids[:, :T], predicting ids[:, 1:]), from the slot's
         state, which then holds the state after the block, detached (truncated backpropagation through time)."""
         x = self.drop(self.embed(ids[:, :-1]))  # [B, T, H]
-        out, (h, c) = self.lstm(x, self._initial_state(x))  # [B, T, H]; h, c [L, B, H]
-        self.carried[self._slot()] = (h.detach(), c.detach())
+        out, state = self.lstm(x, self.initial_state(x.shape[0], x.device))  # [B, T, H]; (h, c) each [L, B, H]
+        self.keep_state(state)
         return self.drop(out)  # [B, T, H]
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:

@@ -369,11 +369,12 @@ def _continue_csv(logger, resume_from: Path | None) -> None:
         rows.sort(key=lambda row: (row["step"], row.get("epoch") is not None))
     writer = logger.experiment  # creates the writer, which removes the file
     if rows:
+        fields = sorted(fields)  # Lightning appends its rows in its keys' sorted order: the header's
         with atomic_open(path, "w", newline="") as f:
             out = csv.DictWriter(f, fieldnames=fields)
             out.writeheader()
             out.writerows(rows)
-        writer.metrics_keys = sorted(fields)  # later rows are appended (the header grows if keys are new)
+        writer.metrics_keys = fields  # later rows are appended (the header grows if keys are new)
 
 
 VALIDATION_FIELDS = ["val/ppl", "val/ppl_best", "val/bpb", "val/word_ppl"]  # an epoch's validation row (in history)
