@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
+import torch
 
 import nplm.training.stopping as stopping
 import nplm.training.train as train_module
@@ -75,16 +76,16 @@ def same_training(resumed: dict, whole: dict) -> None:
 
 
 class Trigger(pl.Callback):
-    """Calls `action` once, after the optimizer step `step` (StopRequests, before it in the list, sees it one
-    Lightning step later)."""
+    """Calls `action(the LightningModule)` once, after the optimizer step `step` (StopRequests, before it in the
+    list, sees it one Lightning step later)."""
 
     def __init__(self, step: int, action):
         self.step, self.action, self.fired = step, action, False
 
-    def on_train_batch_end(self, trainer, *args) -> None:
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
         if not self.fired and trainer.global_step >= self.step:
             self.fired = True
-            self.action()
+            self.action(pl_module)
 
 
 @pytest.fixture
@@ -115,9 +116,9 @@ def test_stopped_inside_an_epoch_then_resumed_ends_as_the_uninterrupted_run(tmp_
     args = args_of(tmp_path, family, run)
     later = [0.0]  # the clock's jump: a deadline or a budget passes at once
     monkeypatch.setattr(stopping, "clock", lambda: time.time() + later[0])
-    action = {"stop_at": lambda: later.__setitem__(0, 1e7), "max_time": lambda: later.__setitem__(0, 3601),
-              "SIGTERM": lambda: os.kill(os.getpid(), signal.SIGTERM),
-              "SIGINT": lambda: os.kill(os.getpid(), signal.SIGINT)}[way]
+    action = {"stop_at": lambda _: later.__setitem__(0, 1e7), "max_time": lambda _: later.__setitem__(0, 3601),
+              "SIGTERM": lambda _: os.kill(os.getpid(), signal.SIGTERM),
+              "SIGINT": lambda _: os.kill(os.getpid(), signal.SIGINT)}[way]
     extra = {"stop_at": [f"stop_at={time.time() + 3600:.0f}"], "max_time": ["trainer.max_time=00:01:00:00"]}.get(way, [])
     undo = trigger(action)
     stopped = run_cli(train_main, *args, *extra, cwd=tmp_path)
@@ -145,7 +146,7 @@ def test_a_spent_max_time_is_refused_before_the_data_is_read(tmp_path, trigger, 
     args = args_of(tmp_path, "nplm", run)
     later = [0.0]
     monkeypatch.setattr(stopping, "clock", lambda: time.time() + later[0])
-    trigger(lambda: later.__setitem__(0, 7200))
+    trigger(lambda _: later.__setitem__(0, 7200))
     assert run_cli(train_main, *args, "trainer.max_time=00:01:00:00", cwd=tmp_path).code == 0
     before = (run / "metrics.json").read_text()
     again = run_cli(train_main, *args, "trainer.max_time=00:01:00:00", f"resume={run}", cwd=tmp_path)
@@ -194,8 +195,6 @@ def test_sigkill_after_a_checkpoint_inside_an_epoch_resumes_there(tmp_path, fami
     killed = warm_python.run([sys.executable, str(TESTS / "kill_runner.py"), "train", "26", *args], cwd=tmp_path,
                              env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    import torch
-
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["epoch"] == 1 and ckpt["nplm"]["epoch_so_far"] is not None  # written inside epoch 1
     resumed = run_cli(train_main, *args, "resume=true", cwd=tmp_path)
@@ -261,3 +260,30 @@ def test_lightnings_csv_log_torn_by_a_kill_is_mended_from_the_runs_record(tmp_pa
     logger.log_metrics({"epoch": 3, "train/ppl": 1.5, "val/ppl": 2.5}, step=60)  # the resumed run goes on
     logger.save()
     assert lightning_rows(run, "train/ppl")[-1] == (3, 60, 1.5) and lightning_rows(run, "val/ppl")[-1] == (3, 60, 2.5)
+
+
+@pytest.mark.parametrize("way", ["error", "divergence"])
+def test_an_error_or_a_divergence_inside_an_epoch_resumes_from_the_last_checkpoint_exactly(tmp_path, way, uninterrupted,
+                                                                                          trigger):
+    """An exception raised inside training (the run is recorded failed) or a loss that is no longer finite
+    (recorded diverged) leaves the last checkpoint before it (epoch 0's end); `resume` goes on from there to the
+    uninterrupted figures (here the fault is gone: a fixed bug, a lower step)."""
+    whole = uninterrupted("nplm")
+    run = tmp_path / "run"
+    args = args_of(tmp_path, "nplm", run)
+
+    def fault(module):
+        if way == "error":
+            raise RuntimeError("injected")
+        with torch.no_grad():  # the next steps' losses are NaN: caught at the next read of the device
+            next(module.parameters()).fill_(float("nan"))
+
+    undo = trigger(fault)
+    broken = run_cli(train_main, *args, cwd=tmp_path)
+    code, status = {"error": (1, "failed"), "divergence": (2, "diverged")}[way]  # (a divergence: one line, exit 2)
+    assert broken.code == code and record(run)["status"] == status
+    undo()
+    resumed = run_cli(train_main, *args, f"resume={run}", cwd=tmp_path)
+    assert resumed.code == 0, resumed.err[-3000:]
+    same_training(record(run), whole)
+    assert [p["status"] for p in record(run)["pieces"]] == [status, "finished"]

@@ -123,7 +123,7 @@ class StopRequests(pl.Callback):
         return None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args) -> None:
-        reason = self.due()
+        reason = self.agreed(trainer)
         now = pl_module.training_epoch()
         if reason is None or now is None or now.batches % pl_module.step_options.accumulate_grad_batches:
             return  # (with gradient accumulation: at the next batch that steps)
@@ -138,8 +138,16 @@ class StopRequests(pl.Callback):
                     reason, epoch, batch, self.checkpoint.name)
         raise TrainingStopped(reason, epoch, batch)
 
+    def agreed(self, trainer: pl.Trainer) -> str | None:
+        """`due()`, agreed by every training process (DDP): all stop at the same step (a signal may reach one,
+        their clocks differ), one collective a step."""
+        reason = self.due()
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(reason is not None, all=False):
+            reason = reason or "another training process's stop"
+        return reason
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        reason = self.due()  # (asked for during the epoch's last step or its validation)
+        reason = self.agreed(trainer)  # (asked for during the epoch's last step or its validation)
         if reason is not None:
             self._stop_after_epoch(trainer, reason)
 
