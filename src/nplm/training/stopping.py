@@ -43,14 +43,10 @@ class TrainingStopped(Exception):
         self.reason, self.epoch, self.batch = reason, epoch, batch
 
 
-def seconds_of(max_time) -> float | None:
-    """`trainer.max_time` (Lightning's forms: "DD:HH:MM:SS", a dict of timedelta's keys, or a timedelta) in seconds."""
+def seconds_of(max_time: str | None) -> float | None:
+    """`trainer.max_time` ("DD:HH:MM:SS", checked by the schema) in seconds."""
     if max_time is None:
         return None
-    if isinstance(max_time, timedelta):
-        return max_time.total_seconds()
-    if isinstance(max_time, dict):
-        return timedelta(**max_time).total_seconds()
     days, hours, minutes, seconds = (int(part) for part in str(max_time).split(":"))
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds).total_seconds()
 
