@@ -159,6 +159,11 @@ def test_the_state_is_reset_at_each_epoch_start_and_validation_leaves_it_alone(t
                                 "steps_per_execution=1", "trainer.num_sanity_val_steps=0"), callbacks=[watch.callback])
     again = evaluate(metrics["best_checkpoint"], split="test", data_dir=str(tmp_path / "data"))
     assert again["ppl"] == pytest.approx(metrics["test/ppl"], rel=1e-5) and again["tokens"] == 120
+    from nplm.errors import UserError
+
+    with pytest.raises(UserError, match=r"^--batch-size=64: model=lstm reads the text as one stream, one block per "
+                                        r"batch \(its state carried\); leave --batch-size out$"):
+        evaluate(metrics["best_checkpoint"], split="test", data_dir=str(tmp_path / "data"), batch_size=64)
     firsts = [state for epoch, index, state in watch.batches if index == 0]
     assert len(firsts) == 2 and all(state is None for state in firsts)
     later = [state for epoch, index, state in watch.batches if index > 0]
@@ -246,6 +251,9 @@ def test_paths_that_cannot_carry_the_state_say_why():
     (["trainer.devices=2"], "trainer.devices=2: model=lstm carries its state from one batch to the next along "
                             "data.batch_size parallel streams, which several processes would split; use "
                             "trainer.devices=1"),
+    (["trainer.accelerator=gpu", "trainer.devices=auto"],
+     "trainer.devices=auto: model=lstm carries its state from one batch to the next along data.batch_size parallel "
+     "streams, which several processes would split (auto: one process per GPU found); use trainer.devices=1"),
     (["optimizer=sgd", "optimizer.epoch_decay=0.5"],
      "optimizer.epoch_decay=0.5: must be 1 when optimizer.lr_decay > 0 (two schedules; set one of them)"),
     (["corpus=toy", "data.batch_size=128"],
