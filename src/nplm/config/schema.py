@@ -244,7 +244,7 @@ def _blocks_need_a_block_model(cfg: dict) -> str | None:
 
 
 @functools.cache
-def _yaml_default(group: str, key: str):
+def yaml_default(group: str, key: str):
     """The value train.yaml gives `group.key`."""
     from omegaconf import OmegaConf
 
@@ -255,9 +255,9 @@ def _yaml_default(group: str, key: str):
 
 def _stream_models_read_whole_streams(cfg: dict) -> str | None:
     """What a model that carries its state (`Model.carries_state`) cannot do: `nplm.models.stream`."""
-    from nplm.models.stream import config_problem, eval_batch_problem
+    from nplm.models.stream import config_problem
 
-    return config_problem(cfg) or eval_batch_problem(cfg, _yaml_default("data", "eval_batch_size"))
+    return config_problem(cfg, yaml_default("data", "eval_batch_size"))
 
 
 def _head(cfg: dict):

@@ -69,10 +69,10 @@ class StreamModel(Model):
             self.carried[slot] = tuple(s.to(device) for s in state)
 
 
-def config_problem(cfg: dict) -> str | None:
+def config_problem(cfg: dict, default_eval_batch: int) -> str | None:
     """What a run of a model that carries its state cannot do (a line naming the key and the fix), or None: train
     in several processes (they would split its streams), read windows (data.block_size=0), or evaluate in batches
-    (data.eval_batch_size other than the default, `default_eval_batch`)."""
+    (data.eval_batch_size other than the default, `default_eval_batch`: each split is one stream, a block a batch)."""
     from nplm.models import MODELS, model_options
 
     name, _ = model_options(cfg["model"])
@@ -91,16 +91,8 @@ def config_problem(cfg: dict) -> str | None:
         return (f"data.block_size=0: model={name} trains on blocks of T tokens, carrying its state from one to the "
                 f"next, and has no window mode; give data.block_size a T > 0, or null for its T = "
                 f"{cls.default_block_size}")
-    return None
-
-
-def eval_batch_problem(cfg: dict, default_eval_batch: int) -> str | None:
-    """data.eval_batch_size set for a model that reads each evaluation split as one stream, one block per batch."""
-    from nplm.models import MODELS, model_options
-
-    name, _ = model_options(cfg["model"])
     given = cfg["data"].get("eval_batch_size")
-    if not MODELS.get(name).carries_state or given == default_eval_batch:
-        return None
-    return (f"data.eval_batch_size={show(given)}: model={name} reads each evaluation split as one stream, one block "
-            "per batch, so it has no evaluation batch size; leave data.eval_batch_size out")
+    if given != default_eval_batch:
+        return (f"data.eval_batch_size={show(given)}: model={name} reads each evaluation split as one stream, one "
+                "block per batch, so it has no evaluation batch size; leave data.eval_batch_size out")
+    return None

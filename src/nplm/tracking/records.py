@@ -220,10 +220,8 @@ class EpochHistory(Checkpoint):
         self.rows: list[dict] = []
         self.resumed_s = 0.0  # elapsed seconds at the end of the last epoch kept from a resumed run
         if resume_from is not None and path.exists():
-            done = epochs_done(resume_from)
-            with open(path) as f:
-                self.rows = [{k: _parse(v) for k, v in row.items() if v != ""}  # a fresh row's keys
-                             for row in csv.DictReader(f) if int(row["epoch"]) < done]
+            done, _ = checkpoint_progress(resume_from)
+            self.rows = [row for row in _readable_rows(path)[1] if row["epoch"] < done]  # (a fresh row's keys)
             self.resumed_s = self.rows[-1]["elapsed_s"] if self.rows else 0.0
             self._write_all()
         self._start = time.time() - self.resumed_s
@@ -256,12 +254,13 @@ class EpochHistory(Checkpoint):
                  _fmt(row.get("train/tokens_per_s"), ",.0f"), mfu, row.get("train/epoch_time_s") or 0.0)
 
 
-def epochs_done(checkpoint: Path) -> int:
-    """The whole epochs a checkpoint holds: Lightning's count of the epochs it has processed (one written at an
-    epoch's end holds that epoch, one written inside an epoch, `nplm.training.stopping`, only those before)."""
+def checkpoint_progress(checkpoint: Path) -> tuple[int, int]:
+    """(the whole epochs a checkpoint holds, its optimizer steps). The epochs are Lightning's count of those it
+    has processed: one written at an epoch's end holds that epoch, one written inside an epoch
+    (`nplm.training.stopping`) only those before."""
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
     progress = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
-    return progress.get("processed", ckpt["epoch"] + 1)
+    return progress.get("processed", ckpt["epoch"] + 1), ckpt["global_step"]
 
 
 def _parse(value: str):
@@ -351,8 +350,7 @@ def _continue_csv(logger, resume_from: Path | None) -> None:
     path = Path(logger.log_dir) / "metrics.csv"
     rows, fields = [], []
     if resume_from is not None:
-        done = epochs_done(resume_from)
-        steps = torch.load(resume_from, map_location="cpu", weights_only=True)["global_step"]
+        done, steps = checkpoint_progress(resume_from)
         fields, readable = _readable_rows(path)
         rows = [row for row in readable if row["step"] < steps]  # (Lightning's axis: the optimizer steps before each row)
         history = Path(logger.save_dir) / "metrics.csv"

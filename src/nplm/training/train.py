@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Sequence
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pytorch_lightning.utilities import rank_zero_only
 
-from nplm.config import CONF_DIR
-from nplm.config.schema import validate
+from nplm.config.schema import validate, yaml_default
 from nplm.data.datamodule import LMDataModule
 from nplm.errors import UserError, WriteError
 from nplm.files import atomic_write, folder_problem
@@ -155,7 +154,7 @@ def check_data_dir(folder: str) -> None:
 def batch_size_chosen(cfg: DictConfig, overrides: list[str]) -> bool:
     """Whether data.batch_size was chosen (typed, or set by an experiment file) rather than the schema's default."""
     typed = any(override_key(o) == "data.batch_size" for o in overrides)
-    return typed or cfg.data.batch_size != OmegaConf.load(CONF_DIR / "train.yaml").data.batch_size
+    return typed or cfg.data.batch_size != yaml_default("data", "batch_size")
 
 
 def _fail_fresh_job(fresh: Path, overrides: list[str], err: UserError, remove: bool = True) -> None:
