@@ -4,7 +4,7 @@ optimizer step advances as `LightningOptimizer.step` would, and the loggers' ste
 
 `lightning_counter` looks each up once per training run; where one is missing the step goes through
 Lightning's public API instead (`LightningOptimizer.step`: the same update; the direct step makes the
-character model's training 1.07x faster, experiments/bench/README.md, the CPU training step), or the epoch-end log rows
+character model's training 1.07x faster, bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step), or the epoch-end log rows
 stay on Lightning's own axis (one step per `training_step` call). LIGHTNING_COUNTERS = False forces both
 fallbacks (tests/test_execution.py).
 """
