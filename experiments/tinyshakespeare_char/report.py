@@ -20,7 +20,7 @@ HELDOUT_PREFIX = "heldout-"  # rows on the held-out split (80/10/10): a table of
 
 def tables(results: Path, specs: dict) -> str:
     """The README's tables under INTRO.md: every row of `specs` (name -> driver.Row) from its result file in
-    `results`, beside the Kneser-Ney 5-gram and nanoGPT; the target; each row's learning curve."""
+    `results`, beside the Kneser-Ney 5-gram and nanoGPT; the target; each row's run (its learning curve: its file)."""
     rows = {row: load_result(results, row) for row in specs}
     heldout = {row: rows.pop(row) for row in list(rows) if row.startswith(HELDOUT_PREFIX)}
     kn5 = next((r["kn5_valid"] for r in rows.values() if r), None)
@@ -54,19 +54,15 @@ def tables(results: Path, specs: dict) -> str:
               "toward nanoGPT's 4.35.", ""]
     lines += target_lines(rows, nanogpt, specs)
     lines += heldout_lines(heldout, specs)
-    for row, what in ((name, spec.what) for name, spec in specs.items()):
+    lines += ["", "### Each row's run", "",
+              "Each row's learning curve (training and validation perplexity, tokens/s and time of every epoch) is in "
+              "its result file.", "", "| row | command | code | machine | wall time (min) | note |",
+              "|---|---|---|---|---:|---|"]
+    for row in specs:
         r = rows.get(row) or heldout.get(row)
-        if not r:
-            continue
-        cuts = inner_cuts(r)
-        lines += ["", f"### {what}", "",
-                  f"`{r['command']}` at `{short_commit(r['git_commit'])}`, {r['machine']}; wall time {r['wall_time_s'] / 60:.0f} min"
-                  + (f"; {cuts}." if cuts else "."),
-                  "", "| epoch | train ppl | valid ppl | tokens/s | epoch time (s) |", "|---:|---:|---:|---:|---:|"]
-        for h in r["history"]:
-            train_ppl = f"{h['train_ppl']:.3f}" if h["train_ppl"] is not None else ""
-            lines.append(f"| {h['epoch']} | {train_ppl} | {h['valid_ppl']:.3f} | {h['tokens_per_s']:,.0f} | "
-                         f"{h['epoch_time_s']:.1f} |")
+        if r:
+            lines.append(f"| [{row}](results/{row}.json) | `{r['command']}` | `{short_commit(r['git_commit'])}` | "
+                         f"{r['machine']} | {r['wall_time_s'] / 60:.0f} | {inner_cuts(r)} |")
     lines += ["", *provenance_footnote(r for r in [*rows.values(), *heldout.values()] if r)]
     return "\n".join(lines) + "\n"
 
