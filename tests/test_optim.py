@@ -14,7 +14,8 @@ from nplm.config.schema import check_group, groups
 from nplm.errors import UserError
 from nplm.optimizers import build_optimizer, lazy
 from nplm.optimizers.lazy import step_without_profiler
-from conftest import TOY_FAST
+from conftest import TOY_FAST, compose_cfg
+from omegaconf import OmegaConf
 
 
 def _two_tables(seed: int = 0) -> tuple[nn.Module, nn.Module]:
@@ -190,7 +191,7 @@ def test_warmup_then_the_inverse_time_decay_or_a_constant_step():
 
 
 def test_epoch_decay_keeps_the_step_for_n_epochs_then_multiplies_it_every_epoch():
-    """Zaremba et al.'s schedule: lr for the first N = 4 epochs, then halved after every epoch (stepped at each
+    """An epoch schedule: lr for the first N = 4 epochs, then halved after every epoch (stepped at each
     epoch's end, `step_epoch_schedules`), saved as plain data."""
     import io
 
@@ -266,3 +267,25 @@ def test_adamw_decays_decoupled_also_where_torch_has_no_such_group_key():
     # AdamW's own constructor runs for LazyAdamW (its default decay, 1e-2; Adam's is 0)
     assert LazyAdamW([nn.Parameter(torch.ones(1))]).param_groups[0]["weight_decay"] == 1e-2
     assert LazyAdam([nn.Parameter(torch.ones(1))]).param_groups[0]["weight_decay"] == 0
+
+
+@pytest.mark.parametrize("recipe,max_epoch,decay,epochs", [("small", 4, 2.0, 13), ("medium", 6, 1.2, 39),
+                                                            ("large", 14, 1.15, 55)])
+def test_zaremba_recipes_decay_the_step_as_their_main_lua(tmp_path, recipe, max_epoch, decay, epochs):
+    """Zaremba et al.'s main.lua divides the step by `decay` after an epoch's validation `if epoch > max_epoch`
+    (epoch = the epochs completed): max_epoch + 1 epochs at lr, then one division per epoch."""
+    cfg = compose_cfg(tmp_path, f"experiment=zaremba2014/{recipe}")
+    options = OmegaConf.to_container(cfg.optimizer, resolve=True)
+    lr = options["lr"]
+    got = build_optimizer(nn.Linear(3, 2), options)
+    schedule, opt = got["lr_scheduler"]["scheduler"], got["optimizer"]
+    seen, theirs, their_lr = [], [], 1.0
+    for epoch in range(1, cfg.trainer.max_epochs + 1):  # main.lua's loop, their step (lr 1) times T
+        seen.append(opt.param_groups[0]["lr"])
+        theirs.append(their_lr * cfg.data.block_size)
+        opt.step()
+        schedule.step()
+        if epoch > max_epoch:
+            their_lr /= decay
+    assert cfg.trainer.max_epochs == epochs and lr == cfg.data.block_size
+    assert seen == pytest.approx(theirs, rel=1e-8)  # (the yamls write 1 / 1.2 to 10 digits)

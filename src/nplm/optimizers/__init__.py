@@ -10,7 +10,7 @@ t < W, and starts the step-based schedule after it: the cosine then runs over th
 and the inverse-time decay counts t - W (Sun & Iyyer 2021 train their WikiText-103 NPLM with 4,000
 warm-up steps, then a cosine to 0 over 200,000). `epoch_decay` d < 1 with `epoch_decay_after` N: the first N
 epochs train at eps_0, every later one at d times the one before, eps_e = eps_0 d^max(0, e + 1 - N) for
-epochs e = 0, 1, ... (Zaremba et al. 2014: d = 1/2 after N = 4 epochs for their small LSTM). `weight_decay`
+epochs e = 0, 1, ... (Zaremba et al. 2014's main.lua: d = 1/2 after N = 5 epochs for their small LSTM). `weight_decay`
 here is torch's: a gradient term wd * theta, i.e. the penalty (wd / 2) ||theta||^2.
 
 Each optimizer is a function `make(param_groups, lr=..., fused=..., **its keys) -> torch.optim.Optimizer`
