@@ -70,8 +70,8 @@ wheel-check: install
 	# The wheel's dependencies from the package index; with no index reachable (offline CI), the wheel alone,
 	# its dependencies taken from $(VENV) through a .pth (the wheel's own nplm still comes first on sys.path).
 	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) torch \
-	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(WHEEL_DIR)/dist/nplm-*.whl \
-	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm-*.whl \
+	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(WHEEL_DIR)/dist/nplm_lab-*.whl \
+	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm_lab-*.whl \
 	       && $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
 	          > $$($(WHEEL_DIR)/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/deps.pth; }
 	tmp=$$(mktemp -d) && cd $$tmp && export OMP_NUM_THREADS=1 WANDB_MODE=offline && bin=$(abspath $(WHEEL_DIR))/venv/bin \

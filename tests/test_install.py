@@ -28,11 +28,17 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 REPO = Path(__file__).resolve().parents[1]
 # What a torch installation leaves in site-packages; hidden from the new venv so the stand-in is the only torch.
 TORCH_ENTRIES = re.compile(r"^(torch|torchgen|functorch)$|^torch-.*\.dist-info$")
-NPLM_ENTRIES = re.compile(r"^nplm[-_.]|^__editable__.*nplm")
+# (the distribution nplm-lab installs as nplm_lab-<version>.dist-info; the package itself is nplm/)
+NPLM_ENTRIES = re.compile(r"^nplm[-_.]|^nplm$|^__editable__.*nplm")
 
 
 def project() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def package_version() -> str:
+    """nplm.__version__ as src/nplm/__init__.py writes it (pyproject.toml reads it from there)."""
+    return re.search(r'^__version__ = "(.+)"', (REPO / "src/nplm/__init__.py").read_text(), flags=re.M).group(1)
 
 
 def torch_requirement() -> Requirement:
@@ -111,9 +117,9 @@ def test_pip_install_keeps_the_torch_already_installed(tmp_path):
         f"pip install . beside torch {other} failed ({req} in pyproject.toml):\n"
         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
 
-    shown = subprocess.run([*pip, "show", "torch", "nplm"], env=env, capture_output=True, text=True,
+    shown = subprocess.run([*pip, "show", "torch", project()["name"]], env=env, capture_output=True, text=True,
                            check=True).stdout
     versions = dict(re.findall(r"^Name: (\S+)\nVersion: (\S+)", shown, flags=re.M))
-    assert versions == {"torch": str(other), "nplm": project()["version"]}, shown
+    assert versions == {"torch": str(other), project()["name"]: package_version()}, shown
     locations = re.findall(r"^Location: (.+)$", shown, flags=re.M)
     assert locations == [str(site), str(site)], shown  # both in the new venv: the stand-in, the project

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import nplm
 import warm_python
 from conftest import run_cli
 from nplm.cli.compare import find_jobs, main as compare_main
@@ -155,6 +156,7 @@ def test_last_checkpoint_is_the_last_epoch_even_when_it_did_not_improve(run_trai
     record = json.loads((run / "metrics.json").read_text())
     assert [r["val/ppl"] for r in record["history"]][:3] == vals
     assert record["wall_time_s"] >= record["history"][-1]["elapsed_s"]  # both invocations, as elapsed_s counts
+    assert record["nplm_version"] == nplm.__version__  # the package that trained it, beside its commit
 
 
 def epochs(path: Path, column: str) -> list[int]:

@@ -19,16 +19,25 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from nplm import __version__
 from nplm.errors import EXIT_USER_ERROR, UserError
 from nplm.files import atomic_write, folder_problem
 
 
+def version_line(prog: str) -> str:
+    """What `<command> --version` prints: the command's name and the package's version (`nplm-eval 0.2.0`)."""
+    return f"{prog} {__version__}"
+
+
 class Parser(argparse.ArgumentParser):
-    """`argparse.ArgumentParser` whose errors are one line, `nplm: error: <flag>=<value>: <what>`."""
+    """`argparse.ArgumentParser` whose errors are one line, `nplm: error: <flag>=<value>: <what>`, and
+    which answers `--version` (the command's name and version, exit 0) as every nplm command does."""
 
     def __init__(self, prog: str, doc: str | None, **kwargs):
         super().__init__(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter,
                          **kwargs)
+        self.add_argument("--version", action="version", version=version_line(prog),
+                          help="print the command's name and version, then exit")
 
     def _get_value(self, action: argparse.Action, arg_string: str):  # argparse calls type= here (3.2-3.13)
         try:

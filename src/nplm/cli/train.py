@@ -1,8 +1,8 @@
 """`nplm-train`: the help page, checks of the command line before Hydra starts, and Hydra around
 `nplm.training.train.train`.
 
-`--help` imports neither torch, Lightning nor W&B: it answers at once, read from the config folder
-itself (each group's options with the first comment line of their yaml file) and the top-level keys
+`--help` and `--version` import neither torch, Lightning nor W&B: they answer at once, the help page read
+from the config folder itself (each group's options with the first comment line of their yaml file) and the top-level keys
 of `nplm.config.schema`. An override naming a key or option no config has, or a value the schema
 refuses, is one line and exit 2 before Lightning and W&B load (the registered options' keys are
 read from their modules, which import torch).
@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from nplm import __version__
 from nplm.config import CONF_DIR
 from nplm.config.schema import TOP, TOP_DOC, TOP_GROUPS, groups
 from nplm.errors import EXIT_USER_ERROR, UserError
@@ -24,6 +25,7 @@ from nplm.errors import EXIT_USER_ERROR, UserError
 # Groups chosen on the command line (`group=option`) that hold no training keys of their own.
 CHOICE_ONLY = ("experiment", "debug", "sweep")
 HELP_FLAGS = ("-h", "--help")
+VERSION_FLAG = "--version"
 
 EXAMPLES = """\
 examples:
@@ -54,7 +56,7 @@ def options(group: str, conf_dir: Path = CONF_DIR) -> dict[str, str]:
 
 def help_text(conf_dir: Path = CONF_DIR) -> str:
     """The `nplm-train --help` page."""
-    lines = ["usage: nplm-train [-m] [group=option ...] [key=value ...] [--cfg job] [-h]", "",
+    lines = ["usage: nplm-train [-m] [group=option ...] [key=value ...] [--cfg job] [-h] [--version]", "",
              "Train a neural probabilistic language model; every setting is a Hydra override.",
              "Every value is checked before anything runs (docs/configuration.md: What is checked).", "",
              "config groups (group=option; change one of its keys with group.key=value):"]
@@ -71,7 +73,8 @@ def help_text(conf_dir: Path = CONF_DIR) -> str:
               "  callbacks.ema_decay                      e.g. 0.999: validate, checkpoint, test a moving average of the weights",
               "  paths.data_dir                           downloads ($NPLM_DATA_DIR, default ./data_cache)",
               "", EXAMPLES, "",
-              "Hydra's own flags: nplm-train --hydra-help"]
+              "Hydra's own flags: nplm-train --hydra-help",
+              "The command's name and version: nplm-train --version"]
     return "\n".join(lines)
 
 
@@ -312,8 +315,11 @@ def option_help(group: str, option: str) -> str:
 
 
 def command_line(argv: list[str]) -> None:
-    """`--help` (with `group=option`: that option's keys): print the page and exit 0; an impossible
-    override: one line on stderr, exit 2."""
+    """`--help` (with `group=option`: that option's keys): print the page and exit 0; `--version`: print
+    `nplm-train <version>` and exit 0; an impossible override: one line on stderr, exit 2."""
+    if VERSION_FLAG in argv and not any(a in HELP_FLAGS for a in argv):
+        print(f"nplm-train {__version__}", flush=True)
+        sys.exit(0)
     if any(a in HELP_FLAGS for a in argv):
         chosen = [a.split("=", 1) for a in argv if re.fullmatch(r"\w+=[\w/]+", a) and a.split("=")[0] in TOP_GROUPS]
         try:
@@ -381,8 +387,8 @@ def _run_jobs() -> None:
 
 
 def main() -> None:
-    """The `nplm-train` console script: --help and impossible overrides are answered before Hydra and
-    torch start; then Hydra runs the job(s)."""
+    """The `nplm-train` console script: --help, --version and impossible overrides are answered before Hydra
+    and torch start; then Hydra runs the job(s)."""
     command_line(sys.argv[1:])
     _run_jobs()
 

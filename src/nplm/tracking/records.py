@@ -3,8 +3,8 @@
 Every run directory holds
 - `config.yaml`: the resolved config; `metrics.json`: status (running / finished / failed / diverged), final
   and best metrics, corpus statistics, the training step's FLOPs and the device's peak (`flops`, from
-  `nplm.training.flops`) and what reproduces the run (seed, git commit, data checksums, versions,
-  command line);
+  `nplm.training.flops`) and what reproduces the run (seed, the package's version `nplm_version`, git
+  commit, data checksums, versions, command line);
 - `metrics.csv`: one row per epoch (train/ppl, val/ppl, val/ppl_best, tokens/s, model FLOP utilisation, lr,
   time, and val/bpb, val/word_ppl: `nplm.data.text_units`);
 - with `logger=wandb` (the default) an offline W&B run under `wandb/` (its id in `wandb_id.txt`, so a
@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities import rank_zero_only
 
+from nplm import __version__
 from nplm.errors import UserError
 from nplm.tracking.provenance import code_version, git_commit  # noqa: F401 (git_commit: the drivers and benchmarks import it here)
 from nplm.files import atomic_open, atomic_write
@@ -152,6 +153,7 @@ class RunRecord:
             **writer(),
             "experiment": cfg.get("experiment_name"),
             "seed": cfg.seed,
+            "nplm_version": __version__,  # the package that trained this invocation, beside its commit
             **commit,
             "data_files": data_files,
             "corpus": corpus,
