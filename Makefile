@@ -5,6 +5,7 @@
 #   make coverage - the suite under coverage.py (subprocesses too): statement coverage of src/nplm
 #   make fuzz    - train 500 drawn configurations for a batch each (not part of make test; FUZZ_COUNT, FUZZ_SEED)
 #   make wheel-check - build the wheel, install it in a fresh venv, train from a folder outside the checkout
+#   make docs    - the documentation site (mkdocs.yml over docs/) into build/site; any broken link fails it
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,7 +15,7 @@ ifneq ($(wildcard $(SHARED_NLTK)),)
 export NLTK_DATA ?= $(SHARED_NLTK)
 endif
 
-.PHONY: install train test test-fast coverage fuzz wheel-check bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
+.PHONY: install train test test-fast coverage fuzz wheel-check docs bench replicate-bengio2003 replicate-morin2005 replicate-mnih2009 replicate-tinyshakespeare replicate-tokenizations replicate-heads-trees scale clean
 
 install: $(VENV)/.installed
 
@@ -80,6 +81,16 @@ wheel-check: install
 	  && $$bin/nplm-train experiment=quickstart debug=fast logger=none threads=1 hydra.run.dir=run \
 	  && grep -q '"status": "finished"' run/metrics.json \
 	  && echo "wheel-check: the installed wheel trained from $$tmp"; status=$$?; rm -rf $$tmp; exit $$status
+
+# The documentation site: the `docs` extra (mkdocs) into $(VENV) once, docs/options.md checked against the
+# schema, then a strict build (a warning, such as a link to a missing page or heading, fails it) into build/site.
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml constraints.txt
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(BIN)/python docs/options.py --check
+	$(BIN)/mkdocs build --strict --quiet -d build/site
 
 # MLP1 on Brown: writes experiments/bench/results/<machine>/bench.json, then the bench README's tables from the result files.
 bench: install
