@@ -1,7 +1,8 @@
 """README.md and docs/ stay true where code can tell: the top-level key table lists every key the schema knows,
 every option of every group is named, docs/options.md is what the schema says, every `nplm-train` command
 shown composes and passes the checks nplm-train runs before training, the other commands' flags exist, the
-scripts and make targets named exist, the "What is checked" examples give their messages, links resolve, and
+scripts and make targets named exist, the "What is checked" examples give their messages, every key of
+docs/options.md has its default, links resolve, and
 no page names an issue, a session or a commit, nor any experiment page or config comment an issue or
 a session."""
 
@@ -70,6 +71,30 @@ def test_the_options_page_is_written_from_the_schema():
             assert f"### `{group}={option}`" in writer.page()
             for key in keys:
                 assert f"| `{group}.{key}` |" in writer.page(), (group, option, key)
+
+
+def test_the_options_page_gives_every_key_its_default():
+    """Every key row of docs/options.md has a default: its yaml value (`required` where the user must set it),
+    the same value train.yaml and the option files give."""
+    from omegaconf import OmegaConf
+
+    from nplm.config.rules import show
+    from nplm.config.schema import yaml_default
+
+    text = (DOCS / "options.md").read_text()
+    headers = re.findall(r"^\| key \|.*$", text, re.M)
+    assert headers and set(headers) == {"| key | default | allowed | what it does |"}, set(headers)
+    found = re.findall(r"^\| `([\w.]+)` \| ((?:[^|\\]|\\.)*?) \|", text, re.M)
+    assert len(found) == sum(line.startswith("| `") for line in text.splitlines()) >= 150
+    for key, default in found:
+        assert re.fullmatch(r"`[^`]+`(?: \(Lightning's\))?(?:; `[^`]+` with [\w=, /]+)*|required", default), (key, default)
+    rows = dict(found)
+    for group in ("data", "callbacks", "progress"):  # train.yaml's own sections
+        for key in FIXED_GROUPS[group].options[""]:
+            assert rows[f"{group}.{key}"] == f"`{show(yaml_default(group, key))}`", (group, key)
+    trainer = OmegaConf.load(CONF_DIR / "trainer" / "default.yaml")
+    assert rows["trainer.max_epochs"] == f"`{trainer.max_epochs}`"
+    assert rows["tree.path"] == "required"  # tree=file: ??? in its yaml
 
 
 def shown_commands(program: str) -> list[tuple[str, str]]:
