@@ -1,6 +1,6 @@
 """README.md is short, shows the two commands on its first screen, and its replication table is the one
 experiments/replication_table.py writes from the committed result files, every figure from uncommitted code,
-an unrecorded commit or an unfinished row marked."""
+an unrecorded commit or an unfinished row marked, every command the one its result file recorded."""
 
 from __future__ import annotations
 
@@ -82,3 +82,34 @@ def test_a_row_carries_the_marks_of_its_result_files(tmp_path, monkeypatch, comm
     missing = replication_table.Row("x", "nplm-train", ("bengio2003/gone",), replication_table.test_ppl, "-")
     with pytest.raises(SystemExit, match=r"results/gone\.json: no such result file"):
         replication_table.line(missing)
+
+
+# Overrides a result file's command may carry beyond the command the table shows: where the run's records and
+# logs went (they change no figure), and settings its experiment file has made its default since.
+UNSHOWN = re.compile(r"^(?:logger|threads)=")
+NOW_THE_DEFAULT = {"callbacks.ema_decay=0.9995": ("sun2021/brown.yaml", "ema_decay: 0.9995")}
+
+
+def test_every_command_shown_is_the_one_its_result_file_recorded():
+    """A `nplm-train` command of the table, run as shown, is the run its figure came from: every override it
+    shows is in the result file's command, and every override of the result file that changes the run (a time
+    limit, say) is shown."""
+    import shlex
+
+    from nplm.config import CONF_DIR
+
+    checked = 0
+    for row in replication_table.ROWS:
+        if not row.command.startswith("nplm-train "):
+            continue
+        recorded = replication_table.results_of(row)[0]["command"]
+        shown, ran = set(shlex.split(row.command)), set(shlex.split(recorded))
+        assert shown <= ran, (row.command, recorded)
+        for override in ran - shown:
+            if UNSHOWN.match(override):
+                continue
+            assert override in NOW_THE_DEFAULT, f"{row.command}: the result ran with {override} ({recorded})"
+            file, line = NOW_THE_DEFAULT[override]
+            assert line in (CONF_DIR / "experiment" / file).read_text(), (override, file)
+        checked += 1
+    assert checked >= 8
