@@ -27,11 +27,7 @@ def user_documents() -> list[Path]:
 DOCUMENTS = user_documents()
 # Documents another change is rewriting, with what is left in them; strict: the test fails once they pass, so
 # that the entry goes.
-PENDING = {
-    "experiments/successors/INTRO.md": "'when a GPU is lent again' (the Transformer-N step's GPU timing); "
-                                       "244.2, bengio2003's MLP1 with seed=2, which has no result file",
-}
-PENDING["experiments/successors/README.md"] = PENDING["experiments/successors/INTRO.md"]
+PENDING: dict[str, str] = {}  # document -> why it is expected to fail, until it is fixed
 
 
 def name(path: Path) -> str:
