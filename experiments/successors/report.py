@@ -47,6 +47,9 @@ MODELS = {
                           "brown"),
     "brown-transformer-n": (["experiment=sun2021/transformer_n_small"], "Transformer-N (`sun2021/transformer_n_small`)",
                             "brown"),
+    "brown-transformer-n-same-depth": (["experiment=sun2021/transformer_n_small_same_depth"],
+                                       "Transformer-N at the Transformer's depth, its first layer replaced "
+                                       "(`sun2021/transformer_n_small_same_depth`)", "brown"),
     "brown-transformer-c": (["experiment=sun2021/transformer_c_small"], "Transformer-C (`sun2021/transformer_c_small`)",
                             "brown"),
     "ts-modern": (["experiment=sun2021/tinyshakespeare_char", *SHAKESPEARE],
@@ -58,6 +61,10 @@ MODELS = {
                           "model.window=4", "model.summaries=1"],
                          "Transformer-N, width 192: the concatenation (a window of 4, 1 average), 2 attention layers",
                          "shakespeare"),
+    "ts-transformer-n-same-depth": (["experiment=sun2021/transformer_n_small", *CHAR_TRANSFORMER, "model.window=4",
+                                    "model.summaries=1"],
+                                   "Transformer-N, width 192, at the Transformer's depth: the concatenation (a window "
+                                   "of 4, 1 average), 3 attention layers", "shakespeare"),
     "ts-transformer-c": (["experiment=sun2021/transformer_c_small", *CHAR_TRANSFORMER],
                          "Transformer-C, 4 layers of width 192", "shakespeare"),
 }
