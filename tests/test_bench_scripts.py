@@ -78,6 +78,36 @@ def test_a_result_file_holds_the_table_its_figures_and_provenance_and_the_readme
                                      "", harness.END]
 
 
+def test_the_readme_summarises_gpu_check_one_row_per_model_and_head(tmp_path, monkeypatch):
+    """gpu_check's runs (a row each) as one row per model x head, a column per precision (and per setting that
+    varies), each cell `ok, <graph steps>` or the failure; the lines above its table kept, the result file linked."""
+    monkeypatch.setattr(harness, "machine_name", lambda device="cpu": "h200")
+    head = "| model | head | precision | compile | cuda_graphs | status | graph steps | train ppl | val ppl | " \
+           "train tokens/s | wall s |"
+    rows = ["| nplm | softmax | 32-true | False | True | ok | 57 | 27.029 | 19.600 | 30,900 | 2.7 |",
+            "| nplm | softmax | bf16-mixed | False | True | ok | 57 | 27.031 | 19.600 | 44,531 | 0.9 |",
+            "| lstm | nce | 32-true | False | True | ok | 0 | 55.767 | 28.533 | 504,095 | 1.6 |",
+            "| lstm | nce | bf16-mixed | False | True | FAILED: RuntimeError: a | b | | | | | |"]
+    table = ["pytest: skipped; runs failed: 1 of 4.", "", "nplm-train, 60 steps.", "", head,
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|", *rows]
+    harness.write_result("gpu_check", table, {}, tmp_path, part="successors", notes=["n"])
+    lines = harness.tables(tmp_path)
+    shown = lines[lines.index("pytest: skipped; runs failed: 1 of 4."):]
+    link = "[results/h200/gpu_check-successors.json](results/h200/gpu_check-successors.json)"
+    assert shown[:4] == ["pytest: skipped; runs failed: 1 of 4.", "", "nplm-train, 60 steps.", shown[3]]
+    assert "compile=false, cuda_graphs=true in every run" in shown[3] and shown[3].endswith(f"time: {link}.")
+    assert shown[4:] == ["", "| model | head | 32-true | bf16-mixed |", "|---|---|---|---|",
+                         "| nplm | softmax | ok, 57 | ok, 57 |",
+                         "| lstm | nce | ok, 0 | FAILED: RuntimeError: a \\| b |", "", "n", "", harness.END]
+    harness.write_result("gpu_check", [*table[:4], head, table[5], rows[0], rows[0].replace("False", "True")],
+                         {}, tmp_path)  # the script's own file: compile varies, a column each
+    both = harness.tables(tmp_path)
+    own = "\n".join(both[:both.index("### gpu_check.py on h200 (successors)")])
+    assert "\n| model | head | 32-true, compile=false | 32-true, compile=true |\n" in own
+    assert "\n| nplm | softmax | ok, 57 | ok, 57 |\n" in own
+    assert "; cuda_graphs=true in every run." in own and "compile=false, cuda_graphs" not in own
+
+
 def test_the_bench_readme_shows_the_committed_result_files():
     """The README's generated part is what `python experiments/bench/harness.py` writes from results/."""
     assert "\n".join(harness.tables()) in harness.README.read_text(), "run python experiments/bench/harness.py"

@@ -134,14 +134,9 @@ def test_the_commit_rule_tells_provenance_from_prose():
 # -- length ------------------------------------------------------------------------------------------------
 README_LINES = 250
 EXPERIMENT_READMES = sorted(EXPERIMENTS.glob("*/README.md"))
-# experiments/bench's tables alone, as experiments/bench/harness.py writes them from results/, are longer than
-# the limit: it lists every run of both GPU checks (2 x 48 rows). Its text outside them is short.
-OVER_BY_GENERATOR = {"bench": "harness.py writes every gpu_check run as a row (2 x 48): summarise them there"}
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(reason=OVER_BY_GENERATOR[p.parent.name], strict=True))
-    if p.parent.name in OVER_BY_GENERATOR else p for p in EXPERIMENT_READMES], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", EXPERIMENT_READMES, ids=lambda p: p.parent.name)
 def test_every_experiment_readme_is_read_in_a_few_minutes(path):
     lines = len(path.read_text().splitlines())
     assert lines <= README_LINES, f"{name(path)} has {lines} lines: tables and verdict first, method after, stories out"

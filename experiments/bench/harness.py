@@ -4,6 +4,8 @@
 A result file is `results/<machine>/<script>.json` (or `<script>-<part>.json` for a part of a script's runs
 kept beside its others), one per script, part and machine, the latest run's: its
 `table` (markdown lines, what the README shows), its `data` (every figure) and where it was measured.
+A script in SUMMARIES has its table summarised in the README (gpu_check: one row per model x head, a column per
+precision; every run's figures stay in its result file, which the README links).
 `python experiments/bench/harness.py` rewrites the README's generated part from the committed files;
 `--check` exits 1 where the README differs from them.
 """
@@ -155,13 +157,66 @@ def read_results(root: Path = RESULTS) -> list[dict]:
                                           r["machine"]))
 
 
+def cells(row: str, width: int | None = None) -> list[str]:
+    """The cells of a markdown table row; of `width` columns, a status cell (the 6th) that holds a `|` keeps it."""
+    found = row.strip().removeprefix("|").removesuffix("|").split("|")
+    extra = len(found) - (width or len(found))
+    if extra > 0:
+        found = [*found[:5], "|".join(found[5:6 + extra]), *found[6 + extra:]]
+    return [c.strip() for c in found]
+
+
+def gpu_check_summary(result: dict) -> list[str]:
+    """gpu_check's table (a row per model x head x precision x compile x cuda_graphs run) as one row per
+    model x head and a column per precision (and per compile / cuda_graphs setting where the runs differ in it):
+    each cell the run's status, `ok` and its graph steps or `FAILED` and its error. The lines above the table
+    (the pytest result, the count of failed runs, what was run) are kept, a key to the cells added to their last
+    paragraph; every run's perplexities, tokens/s and wall time stay in the result file, which the key links."""
+    table = result["table"]
+    head = next((i for i, line in enumerate(table) if line.startswith("| model | head | precision |")), None)
+    if head is None:  # not the table gpu_check writes: shown as it is
+        return table
+    names = cells(table[head])
+    rows = [dict(zip(names, cells(line, len(names)))) for line in table[head + 2:] if line.startswith("|")]
+    settings = ("precision", "compile", "cuda_graphs")
+    varies = [s for s in settings if s == "precision" or len({r[s] for r in rows}) > 1]
+    same = [f"{s}={rows[0][s].lower()}" for s in settings if s not in varies and rows]
+    columns = list(dict.fromkeys(tuple(r[s] for s in varies) for r in rows))
+    by_pair: dict[tuple[str, str], dict[tuple[str, ...], str]] = {}
+    for r in rows:
+        ok = r["status"] == "ok"
+        cell = (f"ok, {r['graph steps']}" if r["graph steps"] else "ok") if ok else r["status"].replace("|", "\\|")
+        by_pair.setdefault((r["model"], r["head"]), {})[tuple(r[s] for s in varies)] = cell
+
+    def label(column: tuple[str, ...]) -> str:
+        return ", ".join(v if s == "precision" else f"{s}={v.lower()}" for s, v in zip(varies, column))
+
+    path = f"results/{result['machine']}/{result['script']}{'-' + result['part'] if result.get('part') else ''}.json"
+    above = table[:head - 1] if head and not table[head - 1] else table[:head]  # the key continues their last line
+    return [*above,
+            "A cell: `ok, <graph steps>` where the run trained with no host-device sync in any checked step (0 graph "
+            "steps: it trained eagerly, its model one the capture refuses; gpu_check fails any other run that "
+            "replays none), else `FAILED` and the error"
+            f"{'; ' + ', '.join(same) + ' in every run' if same else ''}. Each run's perplexities, tokens/s and wall "
+            f"time: [{path}]({path}).", "",
+            f"| model | head | {' | '.join(label(c) for c in columns)} |", "|---|---|" + "---|" * len(columns),
+            *(f"| {model} | {name} | {' | '.join(runs.get(c, '') for c in columns)} |"
+              for (model, name), runs in by_pair.items())]
+
+
+# scripts whose tables the README summarises: script -> the lines shown, from its result
+SUMMARIES: dict[str, Callable[[dict], list[str]]] = {"gpu_check": gpu_check_summary}
+
+
 def tables(root: Path = RESULTS) -> list[str]:
-    """The README's generated part: each result file's table under its script, machine and provenance."""
+    """The README's generated part: each result file's table (or its summary, SUMMARIES) under its script, machine
+    and provenance."""
     lines = [BEGIN]
     for r in read_results(root):
         part = f" ({r['part']})" if r.get("part") else ""
+        shown = SUMMARIES[r["script"]](r) if r["script"] in SUMMARIES else r["table"]
         lines += ["", f"### {r['script']}.py on {r['machine']}{part}", "",
-                  f"{r['date']}, commit {r['commit']}, {r['setup']}: `{r['command']}`", "", *r["table"]]
+                  f"{r['date']}, commit {r['commit']}, {r['setup']}: `{r['command']}`", "", *shown]
         if r["notes"]:
             lines += ["", *r["notes"]]
     return lines + ["", END]
