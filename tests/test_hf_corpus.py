@@ -114,7 +114,7 @@ def test_a_wrong_column_or_split_is_one_line(saved, tmp_path):
 
 def test_without_the_datasets_package_corpus_hf_names_the_extra(saved, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
-    expect_error(tmp_path, "corpus=hf: needs the Hugging Face datasets package; pip install nplm[hf] (or pip "
+    expect_error(tmp_path, "corpus=hf: needs the Hugging Face datasets package; pip install 'nplm-lab[hf]' (or pip "
                  "install datasets)", f"corpus.dataset={saved}")
 
 

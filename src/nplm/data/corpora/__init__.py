@@ -10,7 +10,7 @@
 | ptb              | Mikolov's PTB words       | ptb.train/valid/test.txt as distributed          |
 | wikitext2        | WikiText-2 (v1) words     | wiki.train/valid/test.tokens as distributed      |
 | wikitext103      | WikiText-103 (v1) words   | wiki.train/valid/test.tokens as distributed      |
-| hf               | words of a `datasets` set | the dataset's named splits (nplm[hf] extra)      |
+| hf               | words of a `datasets` set | the dataset's named splits (nplm-lab[hf] extra)  |
 
 Each corpus is a class in a module of this package, registered by name with the keys its yaml file
 may set (`register_corpus`): `load(cfg, data_dir) -> CorpusText` reads its splits, and

@@ -1,4 +1,4 @@
-"""`corpus=hf`: a text column of a Hugging Face `datasets` dataset (the optional extra: `pip install nplm[hf]`).
+"""`corpus=hf`: a text column of a Hugging Face `datasets` dataset (the optional extra: `pip install 'nplm-lab[hf]'`).
 
 `corpus.dataset` is a Hub name (`wikitext`, with `corpus.config=wikitext-2-raw-v1`), a folder written by
 `DatasetDict.save_to_disk` (read with `datasets.load_from_disk`), or a local folder of data files
@@ -104,7 +104,7 @@ def open_dataset(cfg: dict):
     try:
         import datasets
     except ImportError:
-        raise UserError("corpus=hf: needs the Hugging Face datasets package; pip install nplm[hf] "
+        raise UserError("corpus=hf: needs the Hugging Face datasets package; pip install 'nplm-lab[hf]' "
                         "(or pip install datasets)") from None
     name, config = str(cfg.get("dataset")), cfg.get("config")
     folder = Path(name).expanduser()
