@@ -230,3 +230,18 @@ def test_brown_modern_is_the_command_the_bengio2003_run_trained(tmp_path):
     theirs = compose_cfg(tmp_path, *source["command"].split()[1:])
     assert theirs == compose_cfg(tmp_path, *run.report.MODELS["brown-modern"][0])
     assert (theirs.callbacks.early_stopping_patience, theirs.trainer.max_epochs) == (run.PATIENCE, run.MAX_EPOCHS)
+
+
+def test_the_sampled_heads_draw_the_same_words_per_target_on_every_base(tmp_path):
+    """k words a batch, shared by its targets: k / (targets a batch) equal on the LSTM and the Transformer, and the
+    heads' own default k on the LSTM."""
+    run = driver()
+    for head in run.report.DEFAULT_K:
+        per_target = {}
+        for base in run.report.HEAD_BASES:
+            cfg = compose_cfg(tmp_path, *run.report.HEAD_ROWS[f"{base}-{head}"][0])
+            targets = cfg.data.batch_size * cfg.data.block_size
+            assert targets == run.report.TARGETS_PER_BATCH[base]
+            per_target[base] = cfg.head.num_samples / targets
+        assert per_target["brown-transformer"] == pytest.approx(per_target["brown-lstm"], rel=0.01)
+        assert compose_cfg(tmp_path, f"head={head}").head.num_samples == run.report.DEFAULT_K[head]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from replication import (UNFINISHED, finished, load_result, pct, provenance_footnote, provenance_mark,
                          row_marks, valid_test)
+from seeds import RULE, seed_note, seed_rows, spread, verdict
 
 BROWN, SHAKESPEARE = ["corpus=brown_bengio2003"], ["corpus=tiny_shakespeare_heldout"]
 # Every neural row has the parameters of its corpus's modern NPLM recipe within 5% (tests/test_successors_driver.py),
@@ -85,29 +86,48 @@ HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
 HEAD_BASES = {"brown-lstm": [*BROWN, *LSTM_384], "brown-transformer": ["experiment=sun2021/transformer_small",
                                                                       *NOT_ADAPTIVE]}
 BASE_WORDS = {"brown-lstm": "Brown's LSTM", "brown-transformer": "Brown's Transformer"}
-HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra], head, base)
+# The sampled heads draw k noise words per batch, shared by its targets: the same draws per target on every
+# base, the heads' default k at the LSTM's 700 targets a batch (20 blocks of 35), scaled by the targets of the
+# other base's batch (the Transformer's 32 blocks of 96: 3,072, so 4.4 times as many words)
+TARGETS_PER_BATCH = {"brown-lstm": 20 * 35, "brown-transformer": 32 * 96}
+DEFAULT_K = {"importance_sampling": 100, "nce": 25}  # the heads' yamls
+
+
+def sampled_k(head: str, base: str) -> list[str]:
+    """`head.num_samples=...` for a sampled head on `base` (nothing for another head)."""
+    if head not in DEFAULT_K:
+        return []
+    return [f"head.num_samples={round(DEFAULT_K[head] * TARGETS_PER_BATCH[base] / TARGETS_PER_BATCH['brown-lstm'])}"]
+
+
+HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra, *sampled_k(head, base)], head, base)
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
 SPEED = "brown-heads-speed"  # the row that times every head row beside its base, in one process (speed.py)
 SPEED_BASE = {**{base: base for base in HEAD_BASES}, **{name: base for name, (_, _, base) in HEAD_ROWS.items()}}
 SPEED_CONFIGS = {name: MODELS[name][0] if name in HEAD_BASES else HEAD_ROWS[name][0] for name in SPEED_BASE}
 
 
+ORDER = ("transformer-n", "transformer", "modern")  # Sun & Iyyer's ordering, lowest perplexity first
+ORDERED_ALSO = ("transformer-n-same-depth", "transformer-c")  # given against the Transformer beside it
+
+
 def ordering(results: Path, corpus: str) -> str:
     """Whether Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM, in test
-    perplexity) holds on `corpus`, and by how much; "not measured" until the three rows have finished. Transformer-C,
-    once finished, is given against the Transformer too."""
+    perplexity, mean over seeds: `seeds.verdict`) holds on `corpus`, and by how much; "not measured" until the
+    three rows have finished. Transformer-N at the Transformer's depth and Transformer-C, once finished, are given
+    against the Transformer too."""
     prefix, name = "brown" if corpus == "brown" else "ts", CORPORA[corpus].split(" (")[0]
-    got = {key: load_result(results, f"{prefix}-{key}") for key in ("transformer-n", "transformer", "modern")}
-    if not all(r and finished(r) for r in got.values()):
-        missing = ", ".join(f"{prefix}-{k}" for k, r in got.items() if not (r and finished(r)))
+    got = {key: spread(results, f"{prefix}-{key}") for key in ORDER}
+    if not all(got.values()):
+        missing = ", ".join(f"{prefix}-{k}" for k, r in got.items() if not r)
         return f"- {name}: not measured ({missing} not finished)"
-    n, t, m = (got[k]["test"] for k in ("transformer-n", "transformer", "modern"))
-    local = load_result(results, f"{prefix}-transformer-c")
-    beside = (f"; Transformer-C {local['test']:.2f} ({pct(local['test'], t)} against the Transformer)"
-              if local and finished(local) else "")
-    return (f"- {name}: {'holds' if n < t < m else 'does not hold'}: Transformer-N {n:.2f}, "
-            f"the Transformer {t:.2f} ({pct(n, t)} for Transformer-N), the modern NPLM {m:.2f} ({pct(t, m)} for the "
-            f"Transformer){beside}, test perplexity")
+    n, t, m = (got[k] for k in ORDER)
+    words = {"transformer-n-same-depth": "Transformer-N at the Transformer's depth", "transformer-c": "Transformer-C"}
+    beside = "".join(f"; {words[key]} {r} ({pct(r.mean, t.mean)} against the Transformer)"
+                     for key in ORDERED_ALSO if (r := spread(results, f"{prefix}-{key}")))
+    return (f"- {name}: {verdict((n, t), (t, m))}{seed_note(n, t, m)}: Transformer-N {n}, "
+            f"the Transformer {t} ({pct(n.mean, t.mean)} for Transformer-N), the modern NPLM {m} "
+            f"({pct(t.mean, m.mean)} for the Transformer){beside}, test perplexity")
 
 
 def head_row(base: str, head: str) -> str:
@@ -116,6 +136,11 @@ def head_row(base: str, head: str) -> str:
 
 
 PAIR = ("softmax", "hierarchical")  # the two heads Morin & Bengio's trade-off compares
+# the rows the verdicts compare, each trained again with each of seeds.SEEDS: {`<row>-seed<s>`: (its overrides, row)}
+SEEDED = [*(f"{prefix}-{key}" for prefix in ("brown", "ts") for key in (*ORDER, *ORDERED_ALSO)),
+          *(f"{base}-{head}" for base in HEAD_BASES for head in PAIR)]
+SEED_ROWS = {seeded: (overrides, name) for name in SEEDED
+             for seeded, overrides in seed_rows(name, (MODELS.get(name) or HEAD_ROWS[name])[0]).items()}
 
 
 def trade_off(results: Path, base: str) -> str:
@@ -136,19 +161,23 @@ def trade_off(results: Path, base: str) -> str:
         return f"- {BASE_WORDS[base]}: not measured ({SPEED} has no {', '.join(untimed)}: run it again)"
     faster = {head: timed[head_row(base, head)] / timed[head_row(base, "softmax")]
               for head in done if head_row(base, head) in timed}
-    test = {head: r["test"] for head, r in done.items()}
-    holds = faster["hierarchical"] > 1 and test["hierarchical"] > test["softmax"]
+    spreads = {head: spread(results, head_row(base, head)) for head in done}
+    test = {head: r.mean for head, r in spreads.items()}
+    paid = verdict((spreads["softmax"], spreads["hierarchical"]))  # the hierarchical softmax pays in perplexity
+    holds = faster["hierarchical"] > 1 and paid == "holds"
     better = sorted((head for head in faster if head not in PAIR and faster[head] > faster["hierarchical"]
                      and test[head] < test["hierarchical"]), key=test.get) if holds else []
-    verdict = "holds, but is dominated" if better else "holds" if holds else "does not hold"
+    said = ("holds, but is dominated" if better else "holds" if holds
+            else "within noise" if paid == "within noise" else "does not hold")
     dominated = ("; faster by the medians and lower in test perplexity: "
                  f"{', '.join(f'{head} ({faster[head]:.2f}x, {test[head]:.2f})' for head in better)}" if better else "")
     others = [f"{head} {f'{faster[head]:.2f}x' if head in faster else '(speed not measured)'}, {test[head]:.2f} "
               f"({pct(test[head], test['softmax'])})" for head in done if head not in PAIR]
     waiting = [head_row(base, head) for head in HEADS if head not in done]
-    return (f"- {BASE_WORDS[base]}: {verdict}: the hierarchical softmax trains "
-            f"{faster['hierarchical']:.2f}x as fast as the softmax, test perplexity {test['hierarchical']:.2f} "
-            f"against {test['softmax']:.2f} ({pct(test['hierarchical'], test['softmax'])}){dominated}"
+    return (f"- {BASE_WORDS[base]}: {said}{seed_note(spreads['softmax'], spreads['hierarchical'])}: the "
+            f"hierarchical softmax trains {faster['hierarchical']:.2f}x as fast as the softmax, test perplexity "
+            f"{spreads['hierarchical']} against {spreads['softmax']} ({pct(test['hierarchical'], test['softmax'])})"
+            f"{dominated}"
             + (f"; the other heads (speed, test perplexity against the softmax's): {'; '.join(others)}"
                if others else "") + (f"; not finished: {', '.join(waiting)}" if waiting else ""))
 
@@ -159,7 +188,8 @@ def headline(results: Path) -> str:
         "Sun & Iyyer's ordering (Transformer-N ahead of the Transformer ahead of the modern NPLM):", "",
         *(ordering(results, corpus) for corpus in CORPORA), "",
         "Morin & Bengio's trade-off (their hierarchical softmax trained 258x as fast as the softmax, for +13.0% test "
-        "perplexity: 220.7 against 195.3):", "", *(trade_off(results, base) for base in HEAD_BASES), ""]) + "\n"
+        "perplexity: 220.7 against 195.3):", "", *(trade_off(results, base) for base in HEAD_BASES), "",
+        RULE, ""]) + "\n"
 
 
 def epochs_cell(r: dict) -> str:
@@ -167,24 +197,31 @@ def epochs_cell(r: dict) -> str:
     return f"{r['epochs']} / {r['best_epoch']}{'' if finished(r) else UNFINISHED}"
 
 
+def seeds_cell(results: Path, name: str) -> str:
+    """"mean ± std (n)" of a row the verdicts compare (`SEEDED`), over its finished seeds; "" for another row."""
+    got = spread(results, name) if name in SEEDED else None
+    return "" if got is None else f"{got.mean:.2f} ± {got.std:.2f} ({got.seeds})"
+
+
 def model_table(results: Path, corpus: str) -> list[str]:
     kn5_name, _ = KN5[corpus]
     kn5 = load_result(results, kn5_name)
     lines = [f"{CORPORA[corpus]}: valid / test perplexity, test bits per byte, parameters, epochs trained / best "
              "(* = not finished), what stopped it, seconds per epoch; empty = not run yet.", "",
-             "| model | parameters | valid / test | test bpb | vs KN5 (test) | epochs | stopped by | s / epoch |",
-             "|---|---:|---:|---:|---:|---:|---|---:|"]
+             "| model | parameters | valid / test | test bpb | vs KN5 (test) | epochs | stopped by | s / epoch "
+             "| test over seeds |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     if kn5:
         lines.append(f"| Kneser-Ney 5-gram, modified, interpolated (counted){row_marks(kn5)} |  | {kn5['valid']:.2f} / "
-                     f"{kn5['test']:.2f} | {kn5['test_bpb']:.4f} | +0.0% |  |  |  |")
+                     f"{kn5['test']:.2f} | {kn5['test_bpb']:.4f} | +0.0% |  |  |  |  |")
     for name, (_, what, where) in MODELS.items():
         if where != corpus:
             continue
         r = load_result(results, name)
-        cells = [""] * 7 if not r else [
+        cells = [""] * 8 if not r else [
             f"{r['parameters']:,}", valid_test(r["valid"], r["test"], 2), f"{r['test_bpb']:.4f}",
             pct(r["test"], kn5["test"]) if kn5 else "", epochs_cell(r),
-            r["stopped_by"], f"{r['train_s_per_epoch']:.0f}"]
+            r["stopped_by"], f"{r['train_s_per_epoch']:.0f}", seeds_cell(results, name)]
         lines.append("| " + " | ".join([what + (row_marks(r) if r else ""), *cells]) + " |")
     return lines
 
@@ -196,8 +233,8 @@ def head_table(results: Path) -> list[str]:
              "finished), and training tokens per second measured side by side in one process "
              f"(`--rows {SPEED}`: {speed['rounds'] if speed else 'its'} rounds, the median; the ratio to adaptive's, "
              "the median of the rounds' ratios and their range); empty = not run yet.", "",
-             "| model | head | valid / test | parameters | epochs | tokens/s | vs adaptive |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| model | head | valid / test | parameters | epochs | tokens/s | vs adaptive | test over seeds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for base in HEAD_BASES:
         for head in HEADS:
             name = head_row(base, head)
@@ -206,6 +243,7 @@ def head_table(results: Path) -> list[str]:
                 valid_test(r["valid"], r["test"], 2) + provenance_mark(r), f"{r['parameters']:,}", epochs_cell(r)]
             timed = speed and name in speed["tokens_per_s"]
             cells += [f"{speed['tokens_per_s'][name]:,.0f}", speed["ratio"][name]] if timed else ["", ""]
+            cells.append(seeds_cell(results, name) if r else "")
             lines.append(f"| {BASE_WORDS[base]} | {head} | " + " | ".join(cells) + " |")
     if speed:
         lines += ["", f"Speed measured on {speed['machine']}, {speed['warmup']} batches of warm-up then "
@@ -214,7 +252,8 @@ def head_table(results: Path) -> list[str]:
 
 
 def tables(results: Path) -> str:
-    shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *(n for n, _ in KN5.values()), SPEED]]
+    shown = [load_result(results, name) for name in [*MODELS, *HEAD_ROWS, *SEED_ROWS, *(n for n, _ in KN5.values()),
+                                                       SPEED]]
     lines = []
     for corpus in CORPORA:
         lines += [*model_table(results, corpus), ""]

@@ -11,7 +11,8 @@ side by side on Brown's LSTM and Transformer.
 Rows (report.py): the models at the parameter count of each corpus's modern NPLM recipe (within 5%), the
 same head, optimizer and weights' moving average where the model allows; `brown-zaremba-small` is Zaremba et al.'s
 small LSTM as published (its schedule: 13 epochs); `<base>-<head>` the output layers on the LSTM and the
-Transformer of Brown, `brown-heads-speed` their training speed side by side (speed.py). Resumable: a finished
+Transformer of Brown, `brown-heads-speed` their training speed side by side (speed.py); `<row>-seed<s>` the rows
+the verdicts compare, trained again with another seed (experiments/seeds.py: the verdicts' rule). Resumable: a finished
 row is skipped, a killed or budget-stopped one goes on from its last checkpoint on the next call. Runs live in
 outputs/successors/<row>, results in results/<row>.json; README.md is INTRO.md with the tables written from the
 result files only.
@@ -92,6 +93,9 @@ ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.v
                                              report.BROWN)),
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE)
            for name, (overrides, what, _) in report.HEAD_ROWS.items()},
+        # the rows the verdicts compare, again with other seeds (experiments/seeds.py)
+        **{name: Row(overrides, f"{row}, seed {overrides[-1].split('=')[1]}", max_epochs=MAX_EPOCHS, patience=PATIENCE)
+           for name, (overrides, row) in report.SEED_ROWS.items()},
         report.SPEED: Row(measure=lambda threads: {
             **speed.measure(report.SPEED_CONFIGS, report.SPEED_BASE, threads),
             "command": f"python experiments/successors/run.py --rows {report.SPEED} --threads {threads}"})}
