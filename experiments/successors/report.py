@@ -79,6 +79,12 @@ HEADS = {"softmax": ["head=softmax", "model.tie_embeddings=true"],
          # the same tree, word2vec's node (Mnih & Hinton 2009): b_n + q_n . f instead of Morin & Bengio's node network
          "hierarchical-logistic": ["head=hierarchical", "tree=huffman", "head.node_form=logistic",
                                    "model.tie_embeddings=false"],
+         # the trees for the models people train now: Brown clusters of the training bigrams, and Mnih & Hinton's
+         # tree learned from the hierarchical-logistic row's predicted representations (its best checkpoint)
+         "hierarchical-brown": ["head=hierarchical", "tree=brown", "head.node_form=logistic",
+                                "model.tie_embeddings=false"],
+         "hierarchical-learned": ["head=hierarchical", "tree=learned", "head.node_form=logistic",
+                                  "model.tie_embeddings=false"],
          "class_based": ["head=class_based", "model.tie_embeddings=false"],
          "adaptive": [],
          "importance_sampling": ["head=importance_sampling", "model.tie_embeddings=true"],
@@ -103,7 +109,10 @@ def sampled_k(head: str, base: str) -> list[str]:
 HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra, *sampled_k(head, base)], head, base)
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
 SPEED = "brown-heads-speed"  # the row that times every head row beside its base, in one process (speed.py)
-SPEED_BASE = {**{base: base for base in HEAD_BASES}, **{name: base for name, (_, _, base) in HEAD_ROWS.items()}}
+LEARNED_FROM = "hierarchical-logistic"  # the head row whose best checkpoint a learned tree clusters (run.py)
+# (a learned tree's row is timed once its tree exists: it is built from another row's checkpoint)
+SPEED_BASE = {**{base: base for base in HEAD_BASES},
+              **{name: base for name, (_, head, base) in HEAD_ROWS.items() if head != "hierarchical-learned"}}
 SPEED_CONFIGS = {name: MODELS[name][0] if name in HEAD_BASES else HEAD_ROWS[name][0] for name in SPEED_BASE}
 
 
