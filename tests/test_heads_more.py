@@ -111,7 +111,13 @@ def test_vectorised_code_matches_a_naive_loop_over_the_formula(name):
 
 @pytest.mark.parametrize("name,options", head_params())
 def test_gradients_reach_every_parameter(name, options):
+    """After one optimizer step: a head may start what the features add to its scores at zero (the class-based
+    head's rows, the hierarchical head's node vectors), which lets no gradient reach the features before it."""
     head = make(name, **options).train()
+    first = torch.optim.Adam(head.parameters(), lr=0.01)
+    head.loss(features(), TARGETS).sum().backward()
+    first.step()
+    first.zero_grad()
     f = features().requires_grad_()
     (head.loss(f, TARGETS).sum() + head.nll(f, TARGETS).sum()).backward()
     assert f.grad.abs().sum().item() > 0

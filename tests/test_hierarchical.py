@@ -34,19 +34,22 @@ def naive_prob(head: HierarchicalHead, f: torch.Tensor, word: int) -> float:
         if head.node_form == "logistic":
             s = float(head.b[node] + head.q[node] @ f)
         else:
-            hidden = torch.tanh(head.W.bias + head.W.weight @ f + head.U.weight @ head.N[node])
+            g = f / f.norm() if head.node_input == "normalized" else f  # (what enters the node network)
+            hidden = torch.tanh(head.W.bias + head.W.weight @ g + head.U.weight @ head.N[node])
             s = float(head.alpha[node] + head.beta @ hidden)
         prob *= 1 / (1 + math.exp(-s)) if turn == 1 else 1 / (1 + math.exp(s))
         c = node
     return prob
 
 
-@pytest.mark.parametrize("form", ["morin_bengio", "logistic"])
+@pytest.mark.parametrize("form,node_input", [("morin_bengio", "normalized"), ("morin_bengio", "raw"),
+                                             ("logistic", "normalized")])
 @pytest.mark.parametrize("nested,V", [(NESTED, 6), (balanced_nested(list(range(37))), 37)])
-def test_distribution_is_normalised_and_matches_nll_and_a_naive_walk(form, nested, V):
+def test_distribution_is_normalised_and_matches_nll_and_a_naive_walk(form, node_input, nested, V):
     torch.manual_seed(0)
     tree = Tree.from_nested(nested, V)
-    head = HierarchicalHead(7, tree, form, node_dim=3, node_hidden=5, chunk_elements=11).double()
+    head = HierarchicalHead(7, tree, form, node_dim=3, node_hidden=5, chunk_elements=11, node_init="random",
+                            node_input=node_input).double()
     f = torch.randn(4, 7, dtype=torch.float64)
     log_p = head.log_probs(f)  # [4, V]
     torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(4, dtype=torch.float64), atol=1e-5, rtol=0)
@@ -63,7 +66,7 @@ def test_morin_bengio_full_distribution_is_exact_past_the_product_forms_range(sc
     torch.manual_seed(1)
     V = 37
     head = HierarchicalHead(7, Tree.from_nested(balanced_nested(list(range(V))), V), "morin_bengio",
-                            node_dim=3, node_hidden=5, chunk_elements=64)
+                            node_dim=3, node_hidden=5, chunk_elements=64, node_input="raw", node_init="random")
     f = torch.randn(6, 7) * scale  # [6, F]
     log_p = head.log_probs(f)  # [6, V]
     target = torch.arange(6) * 5
@@ -73,7 +76,7 @@ def test_morin_bengio_full_distribution_is_exact_past_the_product_forms_range(sc
 
 def test_nll_is_the_sum_over_the_path_not_the_mean():
     tree = Tree.from_nested(NESTED, 6)
-    head = HierarchicalHead(2, tree, "logistic")
+    head = HierarchicalHead(2, tree, "logistic", node_init="random")
     with torch.no_grad():
         head.q.zero_(), head.b.zero_()
     # every turn has probability 1/2: word 2 is 4 turns deep -> NLL = 4 log 2
@@ -160,7 +163,7 @@ def test_multi_code_tree_sums_over_codes_and_stays_normalised_over_words(node_fo
     vectors = torch.randn(30, 4, generator=gen, dtype=torch.float64).numpy()
     tree = mixture_tree(vectors, seed=0, split="adaptive", eps=0.3, runs=2)  # 2 runs: >= 2 codes per word
     assert tree.codes_per_word > 2.0 and tree.num_leaves == len(tree.leaf_words)
-    head = HierarchicalHead(6, tree, node_form=node_form).double()
+    head = HierarchicalHead(6, tree, node_form=node_form, node_init="random").double()
     features = torch.randn(5, 6, generator=gen, dtype=torch.float64)
     log_probs = head.log_probs(features)  # [5, 30]
     assert log_probs.shape == (5, 30)
@@ -188,7 +191,7 @@ def test_compact_path_scores_equal_the_padded_ones_with_their_gradients(node_for
     tree = mixture_tree(vectors, seed=0, split="adaptive", eps=0.3 if runs > 1 else 0.0, runs=runs)
     nodes, _, lengths = tree.paths()
     assert lengths.min() < nodes.shape[1]  # some paths are padded
-    head = HierarchicalHead(6, tree, node_form=node_form).double()
+    head = HierarchicalHead(6, tree, node_form=node_form, node_init="random").double()
     features = torch.randn(9, 6, generator=gen, dtype=torch.float64, requires_grad=True)
     target = torch.randint(0, 40, (9,), generator=gen)
     grads = []
@@ -212,7 +215,7 @@ def test_a_balanced_tree_keeps_the_padded_paths():
     from nplm.trees.tree import Tree, balanced_nested
 
     tree = Tree.from_nested(balanced_nested(list(range(16))), 16)  # depth 4 everywhere
-    assert not HierarchicalHead(6, tree, node_form="logistic").compact_on_cpu
+    assert not HierarchicalHead(6, tree, node_form="logistic", node_init="random").compact_on_cpu
 
 
 def test_learned_tree_refuses_a_first_model_from_another_vocabulary(run_train, tmp_path, toy_run):

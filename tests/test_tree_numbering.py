@@ -27,7 +27,7 @@ def assert_one_distribution(tree: Tree) -> None:
     V = tree.vocab_size
     for form in NODE_FORMS:
         torch.manual_seed(0)
-        head = HierarchicalHead(6, tree, node_form=form)
+        head = HierarchicalHead(6, tree, node_form=form, node_init="random")
         features = torch.randn(V, 6)  # [V, F]: one example per target word
         log_probs = head.log_probs(features)  # [V, V]
         assert torch.allclose(log_probs.exp().sum(1), torch.ones(V), atol=1e-5)

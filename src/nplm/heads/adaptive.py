@@ -34,6 +34,11 @@ cluster's rows of E; `div_value` is not used): the same two-level softmax, P(w |
 tie_adaptive_proj) for a model whose input table is one [V, F] matrix rather than per-cluster
 narrower ones: a tail target costs O(|cluster i| F). The n cluster rows of H stay the head's own.
 
+The n cluster rows of H start at zero (tied or not): with random rows, H f scored the clusters by
+chance at the scale of the features (about sqrt(F) after a Transformer's final LayerNorm), and one Adam
+step on a Transformer's features raised its validation perplexity. From zero, the untrained head gives
+each cluster the same score, and the first steps fit the clusters' mass.
+
 `cutoffs: null` chooses [round(V/20), round(V/4)] (kept strictly increasing within [1, V-1]): the head
 holds the 5% most frequent words (most of the mass in a Zipfian vocabulary), the first cluster the next
 20%, the second the rest; V = 2 gets [1]. Works for any V >= 2. Cutoffs at or beyond V would give
@@ -147,6 +152,8 @@ class AdaptiveHead(CapacityPath, Head):
                                                       head_bias=True)
         for _, words in self.adaptive.tail:  # (P_i, T_i): give T_i a bias, one per word of the cluster
             words.bias = nn.Parameter(torch.zeros(words.out_features))
+        with torch.no_grad():  # the clusters' rows of H start at zero (module docstring)
+            self.adaptive.head.weight[cutoffs[0]:].zero_()
         self.register_buffer("cutoffs", torch.tensor(cutoffs), persistent=False)  # [n] c_1..c_n
         # `loss`'s path (config key head.training_path): None (auto) picks torch's grouping on a CPU in float32
         # eager, else "capacity"; "torch" | "all" (`_log_prob_static`) | "capacity" force one

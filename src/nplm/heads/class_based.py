@@ -16,6 +16,11 @@ Classes (`classes`):
 The default K = round(sqrt(V)) is Mikolov's choice. The rows of W are stored class by class, so a
 class is a contiguous block of W.
 
+The untrained head is the classes' own split, P(w | ctx) = 1 / (K |c(w)|): A, a, W and b start at zero, as
+word2vec's output vectors do, so that neither the features' scale (about sqrt(F) after a Transformer's final
+LayerNorm, below 1 from an LSTM) nor the first optimizer steps on them decide where training starts (with
+random rows, one Adam step on the Transformer's features raised its validation perplexity).
+
 Cost: `nll` (training and evaluation) on a CPU is O((K + |c(w)|) F) per example, computing only the
 target class's block of word scores (examples grouped by class, one matmul per class present in the
 batch); the weight gradient is dense ([V, F], like every head's), written once per batch. Grouping
@@ -169,6 +174,8 @@ class ClassBasedHead(Head):
         self._bounds = bounds.tolist()  # the same K + 1 row offsets as Python ints: no device read per batch
         self.class_out = nn.Linear(feature_dim, K)  # A [K, F], a [K]
         self.word_out = nn.Linear(feature_dim, vocab_size)  # W [V, F], b [V], rows class by class
+        for start_at_zero in (self.class_out, self.word_out):  # (module docstring: the untrained head)
+            nn.init.zeros_(start_at_zero.weight), nn.init.zeros_(start_at_zero.bias)
 
     def nll(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         klass = self.class_of[target]  # [B]

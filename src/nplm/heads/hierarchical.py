@@ -14,6 +14,18 @@ Node forms (`node_form`), over the NPLM features f:
   vectors, exactly their model);
 - `logistic`: s(n, f) = b_n + q_n . f (word2vec; Mnih & Hinton 2009).
 
+The features' scale differs by two orders of magnitude between models (a Transformer's final LayerNorm gives
+|f| about sqrt(d); an LSTM's below 1). Morin & Bengio's network as written (`node_input=raw`,
+`node_init=random`) suffers from both ends: from the Transformer's features one Adam step turns c + W f into
+one offset shared by every node, so every node turns the same way (tests/test_first_step.py); from the
+LSTM's, W f and U N_n are so small that tanh is linear and every node sees the same function of f, so
+training stays near the unigram model. `node_input=normalized` (the config's default) feeds f / |f| and
+starts N_n and W at unit scale (U at 1 / sqrt(node_dim)), so that each node works at its own point of the
+tanh whatever the model. `node_init` zero or unigram start what the features add to s at zero (q_n, or
+beta; word2vec's node vectors start at zero), so the first steps cannot push every node one way; unigram
+also starts the tree at the unigram model (b_n or alpha_n: log(right mass / left mass)), the config's
+default.
+
 The full distribution [B, V] is computed level by level from the root,
 log P(child) = log P(parent) + log sigmoid(+-s(parent)), which costs O(B x nodes) after the node
 scores, instead of gathering every word's path (O(B x V x depth)).
@@ -42,6 +54,7 @@ from nplm.trees.tree import Tree
 NODE_FORMS = ("morin_bengio", "logistic")
 MORIN_BENGIO_ONLY = (("node_form", ("morin_bengio",)),)  # the node network's keys (`Rule.when`)
 NODE_INITS = ("random", "zero", "unigram")
+NODE_INPUTS = ("normalized", "raw")
 COMPACT_WASTE = 1.25  # on a CPU, score only the real turns once padding would add more than 25% (nll)
 EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 exp overflows past 88)
 
@@ -50,7 +63,11 @@ EXP_SAFE = 80.0  # |x| <= 80: exp(+-x) is finite and normal in float32 (float32 
     "node_form": Choice(options=NODE_FORMS, default="morin_bengio", doc="morin_bengio: sigmoid(alpha + beta.tanh(c + W f + U N)); logistic"),
     "node_dim": Int(1, default=16, when=MORIN_BENGIO_ONLY, doc="size of a node's feature vector N (morin_bengio)"),
     "node_hidden": Int(1, default=16, when=MORIN_BENGIO_ONLY, doc="hidden units of the node network (morin_bengio)"),
-    "node_init": Choice(options=NODE_INITS, doc="node biases: random, zero, or from the unigram split"),
+    "node_input": Choice(options=NODE_INPUTS, default="normalized", when=MORIN_BENGIO_ONLY,
+                         doc="normalized: f / |f| enters the node network, its weights at unit scale; raw: f as "
+                             "Morin & Bengio write it"),
+    "node_init": Choice(options=NODE_INITS, doc="random; zero: what the features add to s starts at 0 (q_n, or "
+                                                "beta); unigram: zero, and the node biases from the unigram split"),
     "chunk_elements": Int(1, doc="scores computed per chunk of this many elements (memory bound)"),
     "sparse": Bool(doc="row-sparse gradients for the node parameters: only the batch's nodes are updated "
                        "(lazy Adam), as model.sparse_embeddings for C; pays at large |V|")})
@@ -68,10 +85,13 @@ class HierarchicalHead(Head):
         return options.get("node_init") == "unigram"  # the node biases: log-odds of the unigram split
 
     def __init__(self, feature_dim: int, tree: Tree, node_form: str = "morin_bengio", node_dim: int = 16,
-                 node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "random",
-                 counts=None, sparse: bool = False):
+                 node_hidden: int = 16, chunk_elements: int = 1 << 20, node_init: str = "unigram",
+                 counts=None, sparse: bool = False, node_input: str = "normalized"):
+        """`counts` [V]: the words' training counts, for node_init=unigram. Morin & Bengio's network as their
+        paper writes it: node_input="raw", node_init="random"."""
         super().__init__()
         self.tree, self.node_form, self.chunk_elements = tree, node_form, chunk_elements
+        self.node_input = node_input
         self.sparse = sparse  # row-sparse gradients of the per-node parameters (q, b / N, alpha)
         I = len(tree.children)
         with torch.device("cpu"):  # the paths' index tables: real tensors under the memory estimate's meta device too
@@ -101,9 +121,16 @@ class HierarchicalHead(Head):
             self.U = nn.Linear(node_dim, node_hidden, bias=False)
             self.beta = nn.Parameter(torch.randn(node_hidden) * node_hidden ** -0.5)
             self.alpha = nn.Parameter(torch.zeros(I))
+            if node_input == "normalized":  # every term of c + W f + U N_n about unit scale (module docstring)
+                with torch.no_grad():
+                    self.N.normal_()
+                    self.W.weight.normal_()
+                    self.W.bias.zero_()
+                    self.U.weight.normal_(std=node_dim ** -0.5)
         with torch.no_grad():
-            if node_init in ("zero", "unigram"):  # word2vec's node vectors: the features do not count yet
-                (self.q if node_form == "logistic" else self.N).zero_()
+            if node_init in ("zero", "unigram"):  # what the features add to s(n, f) starts at 0 (word2vec's q_n)
+                for start_at_zero in ((self.q,) if node_form == "logistic" else (self.beta,)):
+                    start_at_zero.zero_()
             if node_init == "unigram":
                 require_counts("hierarchical", counts, tree.vocab_size)  # built directly, not by build_head
                 (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
@@ -119,14 +146,20 @@ class HierarchicalHead(Head):
         (2009) "predicted representation" r^, scored by node n as q_n . r^. Features [B, F] ->
         logistic: f itself [B, F] (s = b_n + q_n . f); morin_bengio: c + W f [B, node_hidden], the
         per-example part of the node's hidden pre-activation c + W f + U N_n (the node adds U N_n)."""
-        return features if self.node_form == "logistic" else self.W(features)
+        return features if self.node_form == "logistic" else self._context_part(features)
+
+    def _context_part(self, features: torch.Tensor) -> torch.Tensor:
+        """c + W f [B, h]; with node_input=normalized, c + W f / |f|."""
+        if self.node_input == "normalized":
+            features = features / features.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        return self.W(features)
 
     def _path_scores(self, features: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """s(n, f) for each example's own nodes: features [B, F], nodes [B, D] -> [B, D]."""
         if self.node_form == "logistic":
             return (torch.bmm(rows(self.q, nodes, self.sparse), features[:, :, None]).squeeze(2)
                     + rows(self.b, nodes, self.sparse))
-        pre = self.W(features)[:, None, :] + self.U(rows(self.N, nodes, self.sparse))  # [B, D, h]
+        pre = self._context_part(features)[:, None, :] + self.U(rows(self.N, nodes, self.sparse))  # [B, D, h]
         return _tanh_dot(pre, self.beta) + rows(self.alpha, nodes, self.sparse)  # [B, D]
 
     def _all_scores(self, features: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -144,7 +177,7 @@ class HierarchicalHead(Head):
             out = features.new_empty(I, B)
         if self.node_form == "logistic":
             return torch.addmm(self.b[:, None], self.q, features.T, out=out)  # [I, B]
-        Wf2 = (2 * self.W(features)).T.contiguous()  # 2(c + W f): [h, B], B contiguous for the chunk products
+        Wf2 = (2 * self._context_part(features)).T.contiguous()  # 2(c + W f): [h, B], B contiguous for the chunk products
         UN2 = 2 * self.U(self.N)  # 2 U N_n: [I, h]
         h = UN2.shape[1]
         product_form = max(Wf2.abs().max().item(), UN2.abs().max().item()) <= EXP_SAFE
@@ -206,7 +239,7 @@ class HierarchicalHead(Head):
             scores = ((rows(self.q, nodes, self.sparse) * features[example[code]]).sum(1)
                       + rows(self.b, nodes, self.sparse))  # [T]
         else:
-            pre = self.W(features)[example[code]] + self.U(rows(self.N, nodes, self.sparse))  # [T, h]
+            pre = self._context_part(features)[example[code]] + self.U(rows(self.N, nodes, self.sparse))  # [T, h]
             scores = _tanh_dot(pre, self.beta) + rows(self.alpha, nodes, self.sparse)  # [T]
         log_p_turns = F.logsigmoid(signs * wide(scores))  # [T]
         log_p_codes = log_p_turns.new_zeros(len(leaves)).index_add_(0, code, log_p_turns)  # [P]
