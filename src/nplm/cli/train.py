@@ -259,7 +259,7 @@ def _compose(overrides: list[str], conf_dir: Path):
 
 
 def _validate(cfg):
-    """Every value of a composed `cfg` against the schema (in half a second, rather than after torch and
+    """Every value of a composed `cfg` against the schema (quickly, rather than after torch and
     Lightning load); returns the validated config, without its `hydra` node."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict

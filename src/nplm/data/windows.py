@@ -95,14 +95,16 @@ class BatchIndices(Sampler):
             permutation = KeyedPermutation(self.n, torch.Generator().manual_seed(self.seed + epoch))
             return (permutation(torch.arange(i * size, min(self.n, (i + 1) * size))).to(self.device) for i in numbers)
         order = self._order(epoch)  # [n]
-        # sliced batch by batch (a split into all ~4,000 views of Brown's epoch at once: ~5 ms of host time)
+        # sliced batch by batch (a split into all of an epoch's views at once delays its first batch; bench
+        # notes in git: experiments/bench/README.md at efe32f1, the CPU training step: an epoch's start)
         return (order[i * size: (i + 1) * size] for i in numbers)
 
     def _order(self, epoch: int) -> torch.Tensor:
         """The epoch's permutation of range(n) [n] on `device`, drawn on the CPU (the same on every device).
         Off the CPU (`draws_ahead`) the next epoch's is drawn meanwhile in a thread of its own (CPU work only):
-        torch.randperm of Brown's million windows takes ~17 ms of host time, during which a GPU would wait at the
-        epoch's start."""
+        torch.randperm of Brown's million windows keeps the host busy, while a GPU would wait at the epoch's
+        start (bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step: an
+        epoch's start)."""
         ahead, self._ahead = self._ahead, None
         order = ahead.result() if ahead is not None and ahead.epoch == epoch else None
         if order is None:  # the first epoch, one not drawn ahead (a resumed run, set_epoch), or a failed draw
@@ -146,8 +148,9 @@ class DrawnAhead(threading.Thread):
 
 
 # Above this many windows an epoch's order is a `KeyedPermutation`, drawn batch by batch: torch.randperm
-# of WikiText-103's 103 million windows takes 15-20 s on a 2-core machine (random writes over 826 MB)
-# before the first batch; the keyed permutation costs ~0.3 ms per batch of 1,024. Below it, torch.randperm as always.
+# of WikiText-103's 103 million windows (random writes over 826 MB) keeps a small machine's first batch
+# waiting for the whole permutation; the keyed permutation costs a little per batch instead. Below it,
+# torch.randperm as always.
 LAZY_SHUFFLE = 1 << 24
 
 

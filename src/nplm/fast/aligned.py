@@ -2,9 +2,9 @@
 
 cuBLAS's fast bf16 kernels need each matrix's rows to start on 16 bytes: widths that are multiples of 8.
 The paper's WikiText-103 model has d = 410, hidden 2,100, a first block of 1,500 and a shortlist of
-20,003 rows, none of them one; on an H200 its matmuls of 10,240 rows ran at 113-232 TFLOP/s, the same
-products with the widths rounded up to a multiple of 8 at 366-730 (3-5x faster;
-experiments/bench/README.md, on an H200).
+20,003 rows, none of them one; its matmuls ran far slower than the same products with the
+widths rounded up to a multiple of 8 (bench notes in git: experiments/bench/README.md at efe32f1, aligned
+widths).
 
 `linear(x, weight, bias)` is F.linear on copies padded with zeros to such widths (input and output),
 the output cut back: the same numbers, the padding adds zeros only, and autograd's backward of the pad

@@ -2,12 +2,11 @@
 
 For a small model autograd's own work is a large part of a training step: for the Tiny Shakespeare
 character model (context 10, m = 32, h = 128, direct connections, 65 characters, batch 128, 2 threads)
-the same forward, backward and Adam step take 1.22-1.33x longer through `loss.backward()` and
-`optimizer.step()` than with the gradients of eq. (1) written out and the optimizer's wrapper
-skipped (`experiments/bench/notebook_vs_trainer.py`: "plain" against "plain, autograd", median of
-the per-round ratios in two runs; `experiments/bench/README.md`). The NPLM (`forward_saving`,
-`backprop`) and the full softmax head (`nll_and_backprop`) differentiate themselves: the same
-operations autograd would run, so the same gradients (tests/test_backprop.py), added to the
+the same forward, backward and Adam step take longer through `loss.backward()` and `optimizer.step()`
+than with the gradients of eq. (1) written out and the optimizer's wrapper skipped
+(`experiments/bench/README.md`: notebook_vs_trainer.py's table, "plain" against "plain, autograd").
+The NPLM (`forward_saving`, `backprop`) and the full softmax head (`nll_and_backprop`) differentiate
+themselves: the same operations autograd would run, so the same gradients (tests/test_backprop.py), added to the
 parameters' `.grad` as autograd adds them, so that gradient accumulation, clipping and the optimizer
 work unchanged. Those methods run under `torch.no_grad()` (`train_loss`).
 

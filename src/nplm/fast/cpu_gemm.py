@@ -2,9 +2,9 @@
 
 A full-softmax output layer over features f [B, F] and weight W [V, F] (F small: 290 for MLP1, V the
 vocabulary) has two matmuls with a [B, V] side, both far below this machine's matmul peak in MKL
-(2 threads, B = 1024, F = 290, V = 17,905: about 88 and 95 GFLOP/s against a peak of 175;
-`experiments/bench/README.md`). Faster on this machine (`experiments/bench/README.md`, the CPU training step, over batch
-and vocabulary sizes):
+(2 threads, B = 1024, F = 290, V = 17,905; bench notes in git: experiments/bench/README.md at efe32f1,
+the CPU training step). Faster on this machine (the same notes, over batch and vocabulary sizes; its
+effect on MLP1's step: the ablation in `experiments/bench/README.md`, bench.py's table):
 
 - the forward y = f W^T + b through oneDNN's linear (`torch.ops.mkldnn._linear_pointwise`, the kernel
   torch.compile's CPU backend calls for linear layers; a private op, so `onednn_linear_works` checks it

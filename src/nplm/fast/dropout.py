@@ -2,9 +2,9 @@
 
 torch's CPU dropout draws one Bernoulli variable per element (`bernoulli_`, a Mersenne Twister draw
 each, on one thread). The modern NPLM drops out its input vectors, `[B, k, d]` in window mode: at
-Tiny Shakespeare's shape (256 x 64 x 256 = 4.2 M elements) the draws were 23% of a 1-thread training
-step on the 2-core AMD EPYC this project's CPU figures come from, and this mask makes the step 1.22x
-faster (`experiments/bench/README.md`, the CPU training step).
+Tiny Shakespeare's shape (256 x 64 x 256 = 4.2 M elements) the draws are a large part of a 1-thread
+training step, which this mask shortens (bench notes in git: experiments/bench/README.md at efe32f1,
+the CPU training step: dropout's mask).
 
 Here one 64-bit draw decides four elements: each keeps its value where its 16 random bits are at
 least q = round(p 2^16), with probability 1 - q 2^-16, and the kept values are scaled by

@@ -5,16 +5,16 @@ The rows are sorted by cluster; tail cluster i scores a fixed C_i of them,
 C_i = ceil(B p_i + 4 sqrt(B p_i (1 - p_i))) + 8 (p_i: the cluster's share of the training tokens, a
 binomial count's mean plus 4 standard deviations; whole blocks of text: `calibrate`) plus
 S = B // 256 + 8 spill rows, the first S rows of any cluster beyond its C_i, which every tail scores;
-the results are added back to their rows. Each row then costs the shortlist, its own cluster and the
-margins: at WikiText-103's shape (tied, B = 2048) 1.24x the shortlist + own-cluster floor, against
-6.5x for every cluster (tests/test_adaptive_capacity.py counts them). The loss is exact for every row
-within C_i + S. A batch with a row beyond both (far from the training counts' mix) is never trained on
-a changed loss: on a CPU in eager mode, where reading the device is free, `AdaptiveHead.loss` scores it
-on every cluster (exact; counted in `fallback_batches` and logged at the epoch's end); elsewhere its
-loss and gradients are NaN, so no step of it is kept, the rows are counted on the device
-(`dropped_rows`), and `check_training`, which the training loop calls at each log line and epoch end
-(where it reads the device anyway), stops the run with a one-line UserError naming
-head.training_path=all to resume it with. At an epoch's end each C_i grows by the most rows it
+the results are added back to their rows. Each row then costs the shortlist, its own cluster and the margins: at
+WikiText-103's shape (tied, B = 2048) within 1.5 times the shortlist + own-cluster floor, where scoring
+every cluster costs more than 4 times as much (tests/test_adaptive_capacity.py counts the FLOPs and
+holds both bounds). The loss is exact for every row within C_i + S. A batch with a row beyond both (far
+from the training counts' mix) is never trained on a changed loss: on a CPU in eager mode, where reading
+the device is free, `AdaptiveHead.loss` scores it on every cluster (exact; counted in `fallback_batches`
+and logged at the epoch's end); elsewhere its loss and gradients are NaN, so no step of it is kept, the
+rows are counted on the device (`dropped_rows`), and `check_training`, which the training loop calls at
+each log line and epoch end (where it reads the device anyway), stops the run with a one-line UserError
+naming head.training_path=all to resume it with. At an epoch's end each C_i grows by the most rows it
 overflowed in one batch (`overflow_peak`; `overflow_rows` counts them all); checkpoints keep the growth
 (`graph_sizes`, `restore_sizes`).
 """
@@ -57,7 +57,8 @@ class CapacityPath:
         p_i, sd_i^2 = mu_i (1 - p_i) (p_i: cluster i's share of the training tokens). Whole blocks of T
         tokens (`calibrate`): a sum of rows / T blocks' counts, with the mean m_i and variance v_i of one
         block's count measured on the training split, mu_i = (rows / T) m_i, sd_i^2 = (rows / T) v_i (text
-        is bursty: on Brown, v_i is 2.5 to 4 times the binomial variance at T = 512)."""
+        is bursty: on Brown, v_i is several times the binomial variance at T = 512; bench notes in git:
+        experiments/bench/README.md at efe32f1, heads, trees and n-grams, bursty blocks)."""
         caps = []
         for i, (share, extra) in enumerate(zip(self.cluster_share, self.capacity_extra)):
             if self.block_counts is not None:

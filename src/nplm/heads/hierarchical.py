@@ -168,7 +168,7 @@ class HierarchicalHead(Head):
         The Morin-Bengio form costs B x I x h activations. With a = c + W f (per example) and
         u = U N_n (per node), beta . tanh(a + u) = 2 beta . sigmoid(2a + 2u) - sum(beta), and
         sigmoid(2a + 2u) = 1 / (1 + exp(-2a) exp(-2u)): the exponentials are taken once per example
-        and once per node, leaving one multiply and one reciprocal per activation (half the time of
+        and once per node, leaving one multiply and one reciprocal per activation (cheaper than
         torch's sigmoid, which is itself faster than its tanh, on CPU). The exponentials stay finite
         and non-zero while |2a|, |2u| <= 80; beyond that the activations go through sigmoid. Computed
         in chunks of nodes of about `chunk_elements` activations, laid out [chunk, h, B]."""
@@ -224,9 +224,10 @@ class HierarchicalHead(Head):
         """The same log P(w | ctx) [B], scoring only the turns that exist: the batch's codes, then their
         real path positions, picked out with `nonzero` (a host sync, free on a CPU). `nll` uses it on a
         CPU when padding to the deepest leaf and the most codes would add more than COMPACT_WASTE:
-        nll + backward is 2.3x faster for a learned tree (mean depth 17.6, max 34) and 6-7x for a
-        two-run ADAPTIVE(0.4) tree (2.2 codes per word, up to 9); on a balanced tree (13.4 of 14)
-        the padded batched product is as fast, and faster without a gradient."""
+        nll + backward then skips the padding's work, a large share for an uneven tree (a learned tree:
+        mean depth 17.6, max 34) and most of it for a two-run ADAPTIVE(0.4) tree (2.2 codes per word, up
+        to 9); on a balanced tree (13.4 of 14) the padded batched product is as fast, and faster without
+        a gradient."""
         if self.multi_code:
             has_code = self.word_leaf_mask[target]  # [B, K]
             example, rank = has_code.nonzero(as_tuple=True)  # [P]: the batch's codes
@@ -311,8 +312,8 @@ class HierarchicalHead(Head):
 
 def _tanh_dot(pre: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """tanh(pre) @ beta [..., h] -> [...]. On a CPU as 2 sigmoid(2 pre) @ beta - sum(beta) (the same
-    function): torch's CPU tanh and its backward take ~7x sigmoid's time here (1.7 vs 0.26 ms for
-    the [256, 19, 16] node activations of a balanced tree over 267,735 words), a sixth of a training
+    function): torch's CPU tanh and its backward are slower than sigmoid's here (the
+    [B, D, h] node activations of a tree over a large vocabulary), a noticeable part of a training
     step of MLP1's shape with this head."""
     if pre.device.type != "cpu":
         return torch.tanh(pre) @ beta
@@ -341,12 +342,13 @@ def unigram_log_odds(tree: Tree, counts) -> torch.Tensor:
     training count of the words under it (+1 per word; a multi-code word's split evenly over its
     codes), so that with b_n = this, sigmoid(b_n) = P(right | n) and the untrained tree is the unigram
     model."""
-    word = tree.word_of_leaf()  # [L]
-    codes = torch.bincount(word, minlength=tree.vocab_size).double()  # [V] codes per word
-    leaf_mass = ((torch.as_tensor(counts, dtype=torch.float64) + 1) / codes)[word].tolist()  # [L]
+    with torch.device("cpu"):  # (data, also when the head is built on the memory estimate's meta device)
+        word = tree.word_of_leaf()  # [L]
+        codes = torch.bincount(word, minlength=tree.vocab_size).double()  # [V] codes per word
+        leaf_mass = ((torch.as_tensor(counts, dtype=torch.float64) + 1) / codes)[word].tolist()  # [L]
     children = tree.children_tensor().tolist()  # [I, 2]; breadth-first: children are numbered after parents
     mass, log_odds = [0.0] * len(children), [0.0] * len(children)
     for n in range(len(children) - 1, -1, -1):
         left, right = (mass[c] if c >= 0 else leaf_mass[-1 - c] for c in children[n])
         mass[n], log_odds[n] = left + right, math.log(right / left)
-    return torch.tensor(log_odds)
+    return torch.tensor(log_odds, device="cpu")

@@ -5,8 +5,9 @@ y = b + W x + U tanh(d + H x): eq. (1) of the paper. Cost O(|V| F) per example.
 
 The NLL has its own autograd function: its backward is the textbook dL/dy = softmax(y) - onehot(t)
 computed in place in two passes over [B, V] (and no branch on the data: no host sync), where
-`F.cross_entropy` zero-fills a [B, V] gradient and makes two more passes; at the Brown vocabulary that halves the loss' share of a training step
-(experiments/bench). On a CPU in float32 (no autocast, not compiled) training goes through
+`F.cross_entropy` zero-fills a [B, V] gradient and makes two more passes; at the Brown vocabulary that
+shortens the loss' part of a training step markedly (bench notes in git: experiments/bench/README.md at
+efe32f1, the CPU training step). On a CPU in float32 (no autocast, not compiled) training goes through
 `LinearSoftmaxNLL`, which also owns the output layer's matmuls so that it can run them where they are
 fast there (`nplm.fast.cpu_gemm`); elsewhere autograd differentiates `nn.Linear` as usual.
 """

@@ -149,8 +149,10 @@ def build_ngram(spec: str, dm: LMDataModule) -> NgramLanguageModel:
     "knN-backoff": its back-off variant, every n-gram kept; "knN-backoff-srilm": the back-off variant
     with SRILM ngram-count's default count cutoffs (`KneserNey(N, False, min_counts="srilm")`: n-grams of
     order >= 3 seen once are dropped, their mass backs off), i.e. `ngram-count -kndiscount` with its
-    defaults, presumably what Bengio et al. (2003)'s back-off rows used. On Brown (|V| = 17,905) the cutoffs lower the back-off test
-    perplexity from 357/371/377 to 343/343/344 for N = 3/4/5 (bench notes in git: experiments/bench/README.md at efe32f1, heads, trees and n-grams)."""
+    defaults, presumably what Bengio et al. (2003)'s back-off rows used. On Brown (|V| = 17,905) the
+    cutoffs lower the back-off test perplexity for N = 3, 4 and 5 (bench notes in git:
+    experiments/bench/README.md at efe32f1, heads, trees and n-grams; the rows with the cutoffs:
+    experiments/bengio2003/README.md)."""
     kind, order, interpolate = parse_ngram_spec(spec)
     V = len(dm.vocab)
     if kind in ("kn", "kn-srilm"):

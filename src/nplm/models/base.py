@@ -88,7 +88,7 @@ class Model(nn.Module):
 
 def lookup(table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
     """table(ids): ids `[B, k]` -> `[B, k, m]`. On a CPU with a dense gradient, `index_select`, whose
-    backward (`index_add_` into zeros) is 2-3x faster there than nn.Embedding's (the NPLM's `embed`);
+    backward (`index_add_` into zeros) is faster there than nn.Embedding's (the NPLM's `embed`);
     elsewhere nn.Embedding (a row-sparse gradient; CUDA's deterministic backward)."""
     if table.sparse or ids.device.type != "cpu":
         return table(ids)

@@ -20,7 +20,8 @@ a 1-D cross-correlation of each of the d channels of e_1..e_{T+k-w-1} with the k
 one matrix product with A's banded Toeplitz matrices M_j[t, t + p - 1] = A_{jp} ([g T, T + k - w - 1] @
 [B, T + k - w - 1, d]), instead of T matmuls over k - w vectors each. (The band's zeros double the
 multiply-adds, but a dense GEMM runs near the card's peak: the same sums as a `conv1d` over the B d channels
-took 60% of an H200's training step at WikiText-103's shape, bench notes in git: experiments/bench/README.md at efe32f1, on an H200.)
+took most of a GPU training step at WikiText-103's shape; bench notes in git: experiments/bench/README.md at
+efe32f1, the WikiText-103 step's kernels.)
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def sliding_summaries(e: torch.Tensor, A: torch.Tensor, T: int) -> torch.Tensor:
     L = e.shape[1]  # T + n - 1
     # M_j[t, t + p - 1] = A_jp: A_j padded with zeros to L + 1, tiled T times and cut into rows of L, so that row
     # t starts t places further back in the tiling (its wrapped part is the padding). Its backward sums the
-    # tiles; gathering A at a [T, L] index instead scattered T L entries back onto n of them, 12 ms of an
-    # H200's WikiText-103 step (bench notes in git: experiments/bench/README.md at efe32f1, on an H200)
+    # tiles; gathering A at a [T, L] index instead scattered T L entries back onto n of them, a large part of
+    # a GPU's WikiText-103 step (bench notes in git: experiments/bench/README.md at efe32f1, the WikiText-103
+    # step's kernels)
     M = nn.functional.pad(A, (0, L + 1 - n)).repeat(1, T)[:, : T * L].view(g, T, L)  # [g, T, L]
     s = torch.matmul(M.reshape(g * T, L), e)  # [B, g T, d]
     return s.view(e.shape[0], g, T, -1).transpose(1, 2)  # [B, T, g, d]

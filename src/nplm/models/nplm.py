@@ -84,8 +84,8 @@ class NPLM(Model):
 
     def embed(self, context: torch.Tensor) -> torch.Tensor:
         """C(context): `[B, n-1]` ids -> `[B, n-1, m]`. On a CPU with a dense gradient this is
-        `index_select`, whose backward (`index_add_` into zeros) is 2-3x faster there than
-        nn.Embedding's (experiments/bench: 24 vs 78 us for the Tiny Shakespeare model's batch);
+        `index_select`, whose backward (`index_add_` into zeros) is faster there than
+        nn.Embedding's (bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step);
         elsewhere nn.Embedding (a row-sparse gradient; CUDA's deterministic backward)."""
         if self.C.sparse or context.device.type != "cpu":
             return self.C(context)

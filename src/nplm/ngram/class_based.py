@@ -15,9 +15,9 @@ table 1 (150, 200, 500, 1000 and 2000 classes). Every word w belongs to exactly 
   clustering, in the class of the least frequent word (`pool_rare_words`). As in Good-Turing
   estimation, the words seen once stand for the words never seen, so the unseen words get the mass and
   the contexts of rare words. The exchange alone moves nearly every seen word out of the class the unseen
-  words start in: on Brown with 2000 classes that class kept 796 words but only 284 training tokens, and the
-  1.6% of validation tokens unseen in training cost 0.29 nats per token, against 0.21 under the word
-  trigram (experiments/bengio2003/INTRO.md has the perplexities with and without pooling).
+  words start in: with many classes that class keeps many words but few training tokens, and the validation
+  tokens unseen in training cost more than under the word trigram (experiments/bengio2003/INTRO.md has the
+  perplexities with and without pooling).
 - P(c_t | class history): modified Kneser-Ney (`KneserNey`, back-off by default, as the paper's rows;
   or interpolated) of the given order, fitted on the training stream mapped to class ids.
 - P(w | c): training counts n(w), additively smoothed within the class so that vocabulary words never

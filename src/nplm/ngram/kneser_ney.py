@@ -55,13 +55,15 @@ counts before `ModKneserNey::discount` compares them with the cutoff). Everythin
 n_1..n_4 over all counts; over the kept ones n_1 = 0 and the estimates are undefined), gamma_k (SRILM
 counts every seen follower in N_1, N_2, N_3+) and the continuation counts of the lower orders
 (`prepareCounts` counts every (k+1)-gram seen, kept or not). These SRILM details are from its source
-as remembered, not re-read here. Measured on Brown (back-off, n = 3/4/5, test perplexity; 357/371/377
-without cutoffs): this choice 343.3/343.3/343.7; continuation counts over the kept (k+1)-grams only
-450/1207/4322 (most k-grams lose every left context); the cutoff on raw counts at every order
-343.3/344.3/345.1; discounts from the kept counts (= the fallback 0.5/1/1.5) 343.1/342.5/342.6, close,
-but only because the fallback happens to suit Brown. SRILM's back-off unigram differs too: it gives
-the unigram left-over mass to the zero-count vocabulary words only (its `distributeProb`) where this
-module interpolates with 1/V; on Brown (777 of the 17,905 words unseen in train) that is ~4 worse.
+as remembered, not re-read here. Compared on Brown (back-off, n = 3, 4 and 5, test perplexity): the
+continuation counts over the kept (k+1)-grams only are far worse (most k-grams lose every left context);
+the cutoff on raw counts at every order is slightly worse at n = 4 and 5; discounts from the kept counts
+(= the fallback 0.5/1/1.5) come as close, but only because the fallback happens to suit Brown (this
+choice's rows: experiments/bengio2003/README.md; the perplexities without cutoffs: bench notes in git:
+experiments/bench/README.md at efe32f1, heads, trees and n-grams). SRILM's back-off unigram differs
+too: it gives the unigram left-over mass to the zero-count vocabulary words only (its `distributeProb`)
+where this module interpolates with 1/V; on Brown (777 of the 17,905 words unseen in train) the two
+differ by a few points of perplexity.
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ class LazyRowsMixin:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """`Optimizer.zero_grad`; setting the gradients to None it skips that method's profiler record
-        (the Tiny Shakespeare model's training step 1.05-1.07x faster, medians of 7 alternated rounds in
-        two runs: bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step)."""
+        (it shows in the Tiny Shakespeare model's training step: bench notes in git:
+        experiments/bench/README.md at efe32f1, the CPU training step)."""
         if not set_to_none:
             return super().zero_grad(set_to_none=False)
         for group in self.param_groups:
@@ -67,8 +67,8 @@ class LazyAdamRows(LazyRowsMixin):
     With `fused=True` (the default) the dense update calls torch's fused Adam kernel itself, as
     `torch.optim.Adam.step` does, once every parameter has its state: for a small model that
     method's own work (grouping tensors by device, checks) is a good part of the step: the Tiny
-    Shakespeare model's training step (gradients by hand) is 1.09x faster with the kernel called
-    directly (median of 7 alternated rounds, 0.99-1.16; bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step). The
+    Shakespeare model's training step (gradients by hand) is faster with the kernel called
+    directly (bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step). The
     kernels are private ops: `fused_adam_kernels` checks once that they move a parameter as torch's
     Adam does; where not, the update is `torch.optim.Adam.step`. The same kernel with the same
     arguments, so the same parameters bit for bit (tests/test_optim.py)."""
@@ -229,10 +229,10 @@ def _optimizer_hooks(optimizer: torch.optim.Optimizer) -> bool:
 
 def step_without_profiler(optimizer: torch.optim.Optimizer) -> None:
     """`optimizer.step()` without the wrapper torch puts around every optimizer's `step` (a profiler
-    `record_function` and the hook loops; 1.07x the Tiny Shakespeare model's training step, median of
-    7 alternated rounds, 0.92-1.17: bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step) where nothing listens to it:
-    no hook, and no instance-level wrapper (an LR scheduler wraps `optimizer.step` to check the order
-    of its calls), and where torch wraps `step` as `torch_step_wrapper` checks; else `optimizer.step()`."""
+    `record_function` and the hook loops, a cost that shows in the Tiny Shakespeare model's training step:
+    bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step) where nothing
+    listens to it: no hook, and no instance-level wrapper (an LR scheduler wraps `optimizer.step` to check
+    the order of its calls), and where torch wraps `step` as `torch_step_wrapper` checks; else `optimizer.step()`."""
     step = type(optimizer).step
     if (not torch_step_wrapper() or _optimizer_hooks(optimizer) or "step" in vars(optimizer)
             or not hasattr(step, "__wrapped__")):

@@ -2,8 +2,9 @@
 batch (forward, backward, gradient clipping, the optimizer update and the sum of the per-token losses
 for logging) is captured once as a CUDA graph and replayed for every later batch of the same shape.
 
-A small model's step is some 330 kernel launches: eager, the host takes ~10 ms to issue what the GPU
-runs in ~1 ms (experiments/bench/README.md: gpu_step.py's table); a replay issues them all at once. The capture follows
+A small model's step is hundreds of small kernel launches: eager, the host takes far longer to issue them
+than the GPU takes to run them (experiments/bench/README.md: gpu_step.py's table, its eager rows against the
+captured ones); a replay issues them all at once. The capture follows
 PyTorch's whole-network recipe (torch.cuda.graph): a few eager warm-up steps on the capture's own side
 stream (they create the optimizer state and compile what `compile=true` compiles), then one capture of
 the step on static input buffers; each batch is then copied into those buffers and the graph replayed.
@@ -14,8 +15,8 @@ registers: every replay draws new numbers. Autocast (bf16-mixed) is captured wit
 
 The graph lives across epochs; it is captured again at an epoch's start only where the head changed
 the host-side sizes it bakes in (`Head.graph_sizes`: the adaptive head's cluster capacities grow at an
-epoch's end after an overflow). Capturing costs 3 eager warm-up steps and the capture itself, about
-0.1 s on an H200 at brown's shapes: per epoch, as much as 90 replayed steps. A batch of another shape
+epoch's end after an overflow). Capturing costs 3 eager warm-up steps and the capture itself, the time
+of some replayed steps, paid once rather than every step. A batch of another shape
 (a last partial one) trains eagerly through the same step function. A capture that fails leaves one log line and the run
 trains eagerly. `dry=True` (config key `capture_dry` in nplm-train) runs the same step function on the
 same static buffers without a graph, on any device: the CPU tests check it against the eager step.

@@ -3,8 +3,9 @@ has no public API for them: the count of optimizer steps (`trainer.global_step` 
 optimizer step advances as `LightningOptimizer.step` would, and the loggers' step axis.
 
 `lightning_counter` looks each up once per training run; where one is missing the step goes through
-Lightning's public API instead (`LightningOptimizer.step`: the same update; the direct step makes the
-character model's training 1.07x faster, bench notes in git: experiments/bench/README.md at efe32f1, the CPU training step), or the epoch-end log rows
+Lightning's public API instead (`LightningOptimizer.step`: the same update; the direct step skips
+Lightning's wrapper, which shows in a small model's step: bench notes in git: experiments/bench/README.md at
+efe32f1, the CPU training step), or the epoch-end log rows
 stay on Lightning's own axis (one step per `training_step` call). LIGHTNING_COUNTERS = False forces both
 fallbacks (tests/test_execution.py).
 """

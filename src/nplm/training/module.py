@@ -52,7 +52,7 @@ class LanguageModel(pl.LightningModule):
         """`model`, `head`, `optimizer`: their config groups; `vocab`: a `Vocabulary` or its `to_dict()`;
         `data`: the corpus config and batch sizes, kept so a checkpoint can be evaluated again;
         `tree`: for tree-structured heads, a `Tree` or its `to_dict()` (an object is used as it is, not
-        copied: at 267,735 words a round trip through the dict costs about a second). Vocabulary and
+        copied: at a large vocabulary a round trip through the dict is slow). Vocabulary and
         tree travel in the checkpoint's own entry, not in the hyperparameters."""
         super().__init__()
         self.save_hyperparameters(ignore=["vocab", "tree"])

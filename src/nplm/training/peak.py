@@ -6,7 +6,7 @@ run's precision: bf16 or fp16 for `trainer.precision` bf16-* / 16-*, TF32 for fl
 measured once: the best rate of a square `torch.matmul` in the precision's dtype over a fraction of a
 second, cached in `<paths.data_dir>/peak_flops.json` under the device's name, thread count and dtype,
 so every later run on that machine reads the same number. A measurement taken while another job used
-the CPU comes out low (17 GFLOP/s where the quiet machine gives 136): a run's MFU is then above 100%,
+the CPU comes out low (a fraction of what the quiet machine gives): a run's MFU is then above 100%,
 shown as it is with a warning (`nplm.training.throughput`); removing the entry from the cache measures
 the peak again at the next run.
 """
@@ -31,8 +31,8 @@ CACHE_FILE = "peak_flops.json"
 MEASURE_S = 0.2  # seconds of matmuls per measurement
 
 # (pattern in torch.cuda.get_device_name, name, {precision: dense TFLOP/s}); the first match wins, so a
-# variant comes before its family. Sources: NVIDIA's datasheets (H100, H200, A100, L4, L40S, A10, V100,
-# T4) and the Ada Lovelace architecture whitepaper (RTX 4090: bf16/fp16 with float32 accumulation);
+# variant comes before its family. Sources: NVIDIA's datasheet of each GPU below, and for the RTX entry
+# the Ada Lovelace architecture whitepaper (bf16/fp16 with float32 accumulation);
 # where a datasheet gives the figure with sparsity (marked *) it is halved here. No entry: the GPU has
 # no tensor cores for that precision (then float32 for tf32; measured for bf16/fp16).
 DEVICES: list[tuple[str, str, dict[str, float]]] = [
@@ -59,7 +59,7 @@ class Peak:
     """The peak FLOP/s of one device in one precision, and where the number comes from."""
 
     flops: float
-    source: str  # "table: H100 SXM" or "measured"
+    source: str  # "table: <its name in DEVICES>" or "measured"
     precision: str  # a key of DTYPES
 
 

@@ -23,8 +23,8 @@ update, so this module uses a documented approximation in three steps:
 
 With C >= |V| (small vocabularies) steps 1 and 3 vanish and the tree is Brown et al.'s exactly.
 Bigrams are counted over the training id stream as it is (sentence ends included). On Brown
-(|V| = 17,905, 800k training tokens, C = 1000, 10 sweeps) the build takes about 50 s on one core
-(bench notes in git: experiments/bench/README.md at efe32f1, heads, trees and n-grams), almost all of it in the exchange sweeps.
+(|V| = 17,905, 800k training tokens, C = 1000, 10 sweeps) almost all of the build's time goes to the
+exchange sweeps (bench notes in git: experiments/bench/README.md at efe32f1, heads, trees and n-grams).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ def huffman_merges(items: Sequence[int], weights: Sequence[float], first_code: i
     position) in one queue, the merged nodes in another, whose weights never decrease; the lightest
     node is at the head of one of them. On equal weights an item comes before a merged node and merged
     nodes come in creation order: the same merges as a heap ordered by (weight, position; merged
-    nodes after every item, by creation), in one sort and a loop without heap operations (267,735 words:
-    ~0.5 s, where the heap took ~4 s)."""
+    nodes after every item, by creation), in one sort and a loop without heap operations (much faster than
+    the heap at a large vocabulary)."""
     w = np.asarray(weights, dtype=np.float64)
     order = np.argsort(w, kind="stable")  # by weight, ties by position
     leaf_w, leaf_item = w[order].tolist(), [items[i] for i in order.tolist()]

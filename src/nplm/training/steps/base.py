@@ -62,8 +62,8 @@ class RunParts:
 def direct_steps_possible(module: pl.LightningModule) -> bool:
     """Whether the training step may call `loss.backward()` and the torch optimizer itself rather than through
     Lightning (`manual_backward`, `LightningOptimizer.step`): one process, no loss scaling (16-mixed), and no
-    callback (or subclass) listening to the per-batch backward/optimizer hooks. The hooks' rounds cost ~0.1 ms
-    per batch, as much as a small model's backward."""
+    callback (or subclass) listening to the per-batch backward/optimizer hooks. The hooks' rounds cost about
+    as much per batch as a small model's backward."""
     from pytorch_lightning.strategies import SingleDeviceStrategy
 
     trainer = module.trainer

@@ -3,7 +3,7 @@ fails loudly: it is a bug, and on a GPU often a host-device sync), with torch.co
 and `compile_mode`.
 
 On CUDA nplm's capture (`cuda_graphs`, `nplm.training.steps.captured`) then replays the compiled step,
-optimizer update included, as one graph (measured on an H200: bench notes in git: experiments/bench/README.md at efe32f1, on an H200);
+optimizer update included, as one graph (experiments/bench/README.md: gpu_step.py's compile table);
 elsewhere `CompiledStep` trains it as the autograd step does. `compile_mode=reduce-overhead` instead:
 torch.compile's own CUDA graphs (cudagraph trees) of the compiled forward and backward, the optimizer
 update running eagerly after them; nplm's capture is then off (the two captures do not nest)."""
