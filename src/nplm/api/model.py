@@ -10,6 +10,7 @@ from pathlib import Path
 from nplm.api.runs import Run
 from nplm.cli import args as arg
 from nplm.errors import UserError
+from nplm.files import atomic_write
 
 
 def load(checkpoint_or_run_dir: str | Path | Run) -> Model:
@@ -168,7 +169,7 @@ def _text_file(text: str | None, file: str | Path | None):
         raise UserError(f"text={text!r}: must be a non-empty string")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "text.txt"
-        path.write_text(text, encoding="utf-8")
+        atomic_write(path, text.encode("utf-8"), what="the text to score")
         yield str(path), "text"
 
 

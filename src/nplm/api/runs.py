@@ -13,13 +13,9 @@ import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from nplm.cli import args as arg
 from nplm.errors import UserError
-
-if TYPE_CHECKING:
-    from nplm.api.model import Model
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's, as in a command's train.log
 
@@ -57,15 +53,6 @@ class Run:
             best = folder / "checkpoints" / Path(best).name
         return cls(folder, record.get("status", "unknown"), record.get("metrics") or {},
                    Path(best) if best else None, config, record.get("history") or [])
-
-    def model(self) -> Model:
-        """The run's best checkpoint, loaded (`nplm.load`).
-
-        >>> model = run.model()
-        """
-        from nplm.api.model import load
-
-        return load(self.path)
 
 
 def train(*overrides: str, run_dir: str | Path | None = None, **options) -> Run:
