@@ -19,12 +19,17 @@ endif
 
 install: $(VENV)/.installed
 
-# pyproject.toml states ranges; constraints.txt the exact versions tested here. torch first, so that its
-# CPU wheel (2.13.0+cpu) is taken: a resolve without it pulls several GB of CUDA packages.
+# pyproject.toml states ranges; constraints.txt the exact versions tested here. torch first, and the build for
+# this machine: where no NVIDIA driver answers (no nvidia-smi), PyTorch's CPU wheel from its own index (PyPI's
+# Linux torch is the CUDA build, several GB of packages); where one does, PyPI's CUDA build. TORCH_INDEX picks
+# another index (https://download.pytorch.org/whl/cu126, say); where the index cannot be reached, pip says so
+# in one warning and takes torch from PyPI or the machine's wheel folder.
 CONSTRAINTS := -c $(abspath constraints.txt)
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
+TORCH_FROM := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --retries 1 --timeout 15,)
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) torch
+	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) $(TORCH_FROM) torch
 	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) -e ".[test,sweep,hf]"
 	touch $@
 
@@ -62,7 +67,8 @@ fuzz: install
 
 # The installed package must find its configs and shipped data without this checkout: build the wheel,
 # install it into a fresh venv (torch first, versions from constraints.txt), then from an empty temporary folder
-# ask for the help page, make a bad setting fail with exit 2, and train a few batches of quickstart.
+# ask for the help page, make a bad setting fail with exit 2, train a few batches of quickstart, print the
+# version, and run the quickstart notebook to its end with the wheel's own nplm.
 WHEEL_DIR := build/wheel-check
 wheel-check: install
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
@@ -70,7 +76,7 @@ wheel-check: install
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
 	# The wheel's dependencies from the package index; with no index reachable (offline CI), the wheel alone,
 	# its dependencies taken from $(VENV) through a .pth (the wheel's own nplm still comes first on sys.path).
-	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) torch \
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(TORCH_FROM) torch \
 	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(WHEEL_DIR)/dist/nplm_lab-*.whl \
 	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm_lab-*.whl \
 	       && $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
@@ -80,7 +86,9 @@ wheel-check: install
 	  && { $$bin/nplm-train seed=abc 2>err.txt; test $$? -eq 2; } && grep -q "seed=abc: must be an integer" err.txt \
 	  && $$bin/nplm-train experiment=quickstart debug=fast logger=none threads=1 hydra.run.dir=run \
 	  && grep -q '"status": "finished"' run/metrics.json \
-	  && echo "wheel-check: the installed wheel trained from $$tmp"; status=$$?; rm -rf $$tmp; exit $$status
+	  && $$bin/nplm-train --version | grep -qx "nplm-train $$($$bin/python -c 'import nplm; print(nplm.__version__)')" \
+	  && $$bin/python $(abspath examples/run_notebook.py) $(abspath examples/quickstart.ipynb) | grep -q "quickstart: done" \
+	  && echo "wheel-check: the installed wheel trained from $$tmp, and ran the quickstart notebook"; status=$$?; rm -rf $$tmp; exit $$status
 
 # The documentation site: the `docs` extra (mkdocs) into $(VENV) once, docs/options.md checked against the
 # schema, then a strict build (a warning, such as a link to a missing page or heading, fails it) into build/site.
