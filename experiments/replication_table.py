@@ -69,8 +69,6 @@ MORIN = "[Morin & Bengio 2005](experiments/morin2005/README.md)"
 MNIH = "[Mnih & Hinton 2009](experiments/mnih2009/README.md)"
 SHAKESPEARE = "[Tiny Shakespeare](experiments/tinyshakespeare_char/README.md)"
 HELDOUT = "heldout-d256-l6-w3-dropout2-wd3-cosine12-ema"  # the best recipe, chosen on the validation split, tested
-CONVERGED = ("nplm-train 'experiment=[bengio2003/{},bengio2003/converged]' optimizer.lr=0.384 trainer=gpu "
-             "trainer.max_time=00:00:15:00")  # the 15-minute limit every converged-*.json's command carries
 
 # The published figures: Bengio et al. (2003) Table 1 (Brown, test); Morin & Bengio (2005) Tables 1 and 3;
 # Mnih & Hinton (2009) on APNews as quoted in experiments/mnih2009; Mnih & Teh (2012); the reference
@@ -82,10 +80,6 @@ ROWS = (
         ("bengio2003/modern-mlp1",), test_ppl, "268"),
     Row(f"{BENGIO}, MLP9, the paper's recipe, 20 epochs: test ppl", "nplm-train experiment=bengio2003/mlp9",
         ("bengio2003/paper-mlp9",), test_ppl, "276"),
-    Row(f"{BENGIO}, MLP7, the paper's SGD with 3x its step, to early stopping: test ppl", CONVERGED.format("mlp7"),
-        ("bengio2003/converged-mlp7-lr0.384",), test_ppl, "293"),
-    Row(f"{BENGIO}, MLP9, the same, cut by a 15-minute limit: test ppl", CONVERGED.format("mlp9"),
-        ("bengio2003/converged-mlp9-lr0.384",), test_ppl, "276"),
     Row(f"{BENGIO}, Kneser-Ney back-off trigram: test ppl",
         "python experiments/bengio2003/run.py --rows kn3-backoff-srilm", ("bengio2003/ngram-kn3-backoff-srilm",),
         test_ppl, "323"),

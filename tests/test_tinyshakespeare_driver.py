@@ -134,7 +134,6 @@ def test_an_unfinished_row_is_shown_marked_and_left_out_of_the_target(tmp_path):
     assert ("- Not counted, not finished (time limit (1 epochs after the best) after 7 epochs): the modern NPLM, width "
             "256, a window of 4 and 12 averages") in text
     assert "weights' moving average (decay 0.9995)†, valid 4.600 (-3.4%)." in text  # its commit is dirty
-    assert "| `85e3451-dirty` |" in text  # (its run's line: the code it ran)
     assert text.endswith("\n† trained or measured from uncommitted code (`85e3451-dirty`): no commit holds exactly "
                          "the code behind the figure; run the row again from a clean checkout to replace it.\n")
 
