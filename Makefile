@@ -26,7 +26,7 @@ install: $(VENV)/.installed
 # in one warning and takes torch from PyPI or the machine's wheel folder.
 CONSTRAINTS := -c $(abspath constraints.txt)
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi 2>/dev/null),,https://download.pytorch.org/whl/cpu)
-TORCH_FROM := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --retries 1 --timeout 15,)
+TORCH_FROM := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) --retries 0 --timeout 15,)
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(CONSTRAINTS) $(TORCH_FROM) torch
