@@ -74,10 +74,12 @@ wheel-check: install
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR)/dist .
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
-	# The wheel's dependencies from the package index; with no index reachable (offline CI), the wheel alone,
-	# its dependencies taken from $(VENV) through a .pth (the wheel's own nplm still comes first on sys.path).
+	# The wheel's dependencies from the package index, and what runs the notebook (nbclient, ipykernel); with no
+	# index reachable (offline CI), the wheel alone, the rest taken from $(VENV) through a .pth (the wheel's own
+	# nplm still comes first on sys.path).
 	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(TORCH_FROM) torch \
 	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) $(WHEEL_DIR)/dist/nplm_lab-*.whl \
+	  && $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --retries 0 --timeout 10 $(CONSTRAINTS) nbclient nbformat ipykernel \
 	  || { $(WHEEL_DIR)/venv/bin/python -m pip install --quiet --no-index --no-deps $(WHEEL_DIR)/dist/nplm_lab-*.whl \
 	       && $(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
 	          > $$($(WHEEL_DIR)/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/deps.pth; }
