@@ -257,3 +257,17 @@ def test_a_new_deadline_grouping_or_thread_count_is_the_same_job(tmp_path):
                        "steps_per_execution=4", "threads=2", "resume=true")
     assert again.code == 0, again.err[-3000:]
     assert "already finished" in again.out + again.err
+
+
+def test_the_wandb_name_and_notes_a_user_sets_reach_the_wandb_run(tmp_path):
+    """logger.wandb.name and .notes are W&B's run name and notes (else the run's folder name names it)."""
+    from conftest import compose_cfg
+    from nplm.tracking.records import build_loggers
+
+    cfg = compose_cfg(tmp_path, "logger=wandb", "logger.wandb.name=my-run", "logger.wandb.notes=a first try")
+    loggers = build_loggers(cfg, tmp_path / "run", "folder-name", None)
+    run = next(lg for lg in loggers if type(lg).__name__ == "WandbLogger").experiment
+    try:
+        assert (run.name, run.notes) == ("my-run", "a first try")
+    finally:
+        run.finish()

@@ -313,7 +313,8 @@ def build_loggers(cfg: DictConfig, out_dir: Path, run_name: str, group: str | No
                 out_dir.mkdir(parents=True, exist_ok=True)
                 atomic_write(id_file, run_id + "\n")
         logger = WandbLogger(
-            project=wb.project, entity=wb.get("entity"), name=run_name, group=group, id=run_id, resume="allow",
+            project=wb.project, entity=wb.get("entity"), name=wb.get("name") or run_name, notes=wb.get("notes"),
+            group=group, id=run_id, resume="allow",
             job_type=wb.get("job_type"), tags=[*(wb.get("tags") or []), *(o[:64] for o in job_overrides())],
             save_dir=str(out_dir),
             mode=mode, config=OmegaConf.to_container(cfg, resolve=True),
