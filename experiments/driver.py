@@ -173,6 +173,17 @@ def bad_input(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def first_model(row: str, runs: Callable[[], Path]) -> Callable[[], list[str]]:
+    """`Row.first` of a learned-tree row: the best checkpoint of row `row` (its first model) in the folder `runs()`
+    names (the driver's, read when the row starts), as tree.bootstrap_checkpoint; Wait while `row` has not finished."""
+    def checkpoint() -> list[str]:
+        record = replication.read_record(runs() / row)
+        if not record or record.get("status") != "finished" or not record.get("best_checkpoint"):
+            raise Wait(f"its first model ({row}) has not finished")
+        return [f"tree.bootstrap_checkpoint={record['best_checkpoint']}"]
+    return checkpoint
+
+
 def sibling(path: str, name: str):
     """The module <name>.py beside the driver file `path`, imported under a name of its own (every driver's folder
     may have a report.py)."""

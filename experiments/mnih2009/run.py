@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from driver import Driver, Row, Wait, sibling
+from driver import Driver, Row, Wait, first_model, sibling
 from head_timing import best_of_rounds, examples_per_s, timing_batches
-from replication import DATA_DIR, corpus_datamodule, machine, read_record, run_summary, stopped_by
+from replication import DATA_DIR, corpus_datamodule, machine, run_summary, stopped_by
 
 HERE = Path(__file__).resolve().parent
 MORIN = HERE.parent / "morin2005" / "results"  # the NPLM's rows on the same protocol
@@ -61,14 +61,6 @@ def network_result(row: str, spec: Row, record: dict) -> dict:
         tree = record["tree"]
         result["tree"] = {**tree, "codes_per_word": tree.get("codes_per_word", 1.0)}
     return result
-
-
-def first_model() -> list[str]:
-    """A learned-tree row's first model: the hlbl-random row's best checkpoint (Wait while it has not finished)."""
-    first = read_record(DRIVER.runs / FIRST_MODEL)
-    if not first or first.get("status") != "finished" or not first.get("best_checkpoint"):
-        raise Wait(f"its first model ({FIRST_MODEL}) has not finished")
-    return [f"tree.bootstrap_checkpoint={first['best_checkpoint']}"]
 
 
 # -- time per example --------------------------------------------------------------------------------------
@@ -118,7 +110,7 @@ def tables(results: Path | None = None, morin: Path | None = None) -> str:
 
 ROWS = {"timing": Row(measure=measure_timing),
         **{row: Row(overrides, max_epochs=MAX_EPOCHS, patience=PATIENCE,
-                    first=first_model if "tree=learned" in overrides else None)
+                    first=first_model(FIRST_MODEL, lambda: DRIVER.runs) if "tree=learned" in overrides else None)
            for row, (overrides, _, _) in NETWORKS.items()}}
 DRIVER = Driver(HERE, ROWS, network_result, tables, margin_s=120,
                 said=lambda r: f"valid {r['valid']:.1f} test {r['test']:.1f}, {r['epochs']} epochs (best "

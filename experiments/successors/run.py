@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: the drivers' shared helpers
 import replication
-from driver import Driver, Row, Wait, sibling
-from replication import corpus_datamodule, machine, parameters, read_record, run_summary, stopped_by
+from driver import Driver, Row, first_model, sibling
+from replication import corpus_datamodule, machine, parameters, run_summary, stopped_by
 
 HERE = Path(__file__).resolve().parent
 report = sibling(__file__, "report")
@@ -84,16 +84,6 @@ def same_run(row: str, path: Path, corpus: list[str]):
     return measure
 
 
-def first_model(row: str):
-    """A learned tree's first model: row `row`'s best checkpoint (Wait while that row has not finished)."""
-    def checkpoint() -> list[str]:
-        record = read_record(DRIVER.runs / row)
-        if not record or record.get("status") != "finished" or not record.get("best_checkpoint"):
-            raise Wait(f"its first model ({row}) has not finished")
-        return [f"tree.bootstrap_checkpoint={record['best_checkpoint']}"]
-    return checkpoint
-
-
 ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.values()},
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS,
                      patience=None if name == "brown-zaremba-small" else PATIENCE)
@@ -102,7 +92,8 @@ ROWS = {**{name: Row(measure=kn5(name, corpus)) for name, corpus in report.KN5.v
         "brown-modern": Row(measure=same_run("brown-modern", HERE.parent / "bengio2003/results/sun2021-ema.json",
                                              report.BROWN)),
         **{name: Row(overrides, what, max_epochs=MAX_EPOCHS, patience=PATIENCE,
-                     first=first_model(f"{base}-{report.LEARNED_FROM}") if "tree=learned" in overrides else None)
+                     first=first_model(f"{base}-{report.LEARNED_FROM}", lambda: DRIVER.runs) if "tree=learned" in overrides
+                     else None)
            for name, (overrides, what, base) in report.HEAD_ROWS.items()},
         # the rows the verdicts compare, again with other seeds (experiments/seeds.py)
         **{name: Row(overrides, f"{row}, seed {overrides[-1].split('=')[1]}", max_epochs=MAX_EPOCHS, patience=PATIENCE)
