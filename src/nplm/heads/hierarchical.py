@@ -121,16 +121,14 @@ class HierarchicalHead(Head):
             self.U = nn.Linear(node_dim, node_hidden, bias=False)
             self.beta = nn.Parameter(torch.randn(node_hidden) * node_hidden ** -0.5)
             self.alpha = nn.Parameter(torch.zeros(I))
-            if node_input == "normalized":  # every term of c + W f + U N_n about unit scale (module docstring)
-                with torch.no_grad():
-                    self.N.normal_()
-                    self.W.weight.normal_()
-                    self.W.bias.zero_()
-                    self.U.weight.normal_(std=node_dim ** -0.5)
         with torch.no_grad():
+            if node_form != "logistic" and node_input == "normalized":  # every term of c + W f + U N_n about unit scale
+                self.N.normal_()
+                self.W.weight.normal_()
+                self.W.bias.zero_()
+                self.U.weight.normal_(std=node_dim ** -0.5)
             if node_init in ("zero", "unigram"):  # what the features add to s(n, f) starts at 0 (word2vec's q_n)
-                for start_at_zero in ((self.q,) if node_form == "logistic" else (self.beta,)):
-                    start_at_zero.zero_()
+                (self.q if node_form == "logistic" else self.beta).zero_()
             if node_init == "unigram":
                 require_counts("hierarchical", counts, tree.vocab_size)  # built directly, not by build_head
                 (self.b if node_form == "logistic" else self.alpha).copy_(unigram_log_odds(tree, counts))
