@@ -84,13 +84,14 @@ class Model:
         """
         import torch
 
+        from nplm.cli.evaluate import text_ids
         from nplm.data.blocks import index_batches
         from nplm.data.windows import Windows
         from nplm.training.stream_eval import stream_blocks
 
         module, k = self.module, self.module.model.context_size
         with _text_file(text, file) as (path, name):
-            ids = self._ids(path, name)  # [L]
+            ids = text_ids(module, path, name)[0]  # [L], as nplm-eval --text reads the file
         if len(ids) < k + 1:
             raise UserError(f"{name}: has {len(ids)} tokens; the model needs at least {k + 1}")
         source = stream_blocks(module, ids) if module.model.carries_state else Windows(ids, k)  # as nplm-eval
@@ -102,25 +103,6 @@ class Model:
                 nll.append(module.nll(context, target).double().reshape(-1))  # [N]
         token = self._token_text
         return [(token(int(i)), -float(x)) for i, x in zip(torch.cat(targets), torch.cat(nll))]
-
-    def _ids(self, path: str, name: str):
-        """The ids `[L]` of a text file, tokenised as nplm-eval --text tokenises it."""
-        import torch
-
-        from nplm.data.corpora import file_tokens
-        from nplm.data.sources import read_text
-        from nplm.data.tokenizers import JOINERS, TOKENIZERS, render
-
-        vocab, data = self.vocab, self.module.hparams.get("data") or {}
-        if "corpus" in data:
-            tokens = file_tokens(data["corpus"], path, name)
-            plain = render(tokens, JOINERS[vocab.subword.base] if vocab.subword is not None else vocab.joiner)
-        else:  # a checkpoint that does not record its corpus: the vocabulary's tokenizer on UTF-8
-            plain = read_text(path, option=name)
-            tokens = None if vocab.subword is not None else TOKENIZERS[vocab.tokenizer](plain)
-        if vocab.subword is not None:
-            return torch.tensor(vocab.subword.encode(plain), dtype=torch.long)
-        return vocab.encode(tokens)
 
     def _token_text(self, i: int) -> str:
         return self.vocab.subword.decode([i]) if self.vocab.subword is not None else self.vocab.tokens[i]

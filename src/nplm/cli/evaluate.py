@@ -24,6 +24,29 @@ if TYPE_CHECKING:  # torch and Lightning are imported when a model is used, so a
     from nplm.training.module import LanguageModel
 
 
+def text_ids(module: LanguageModel, path: str, option: str) -> tuple:
+    """(ids [L], tokens or None, the text as the model reads it) of the file `path` (`option`: the key an error
+    names): tokenised as the checkpoint's corpus tokenises its files, or, for a checkpoint that does not record its
+    corpus, by its vocabulary's tokenizer on UTF-8; with a subword vocabulary, the text rendered from those tokens
+    and encoded into pieces (tokens None where there are no corpus tokens)."""
+    import torch
+
+    from nplm.data.corpora import file_tokens
+    from nplm.data.sources import read_text
+    from nplm.data.tokenizers import JOINERS, TOKENIZERS, render
+
+    vocab, data = module.vocab, module.hparams.get("data") or {}
+    if "corpus" in data:
+        tokens = file_tokens(data["corpus"], path, option)
+        plain = render(tokens, JOINERS[vocab.subword.base] if vocab.subword is not None else vocab.joiner)
+    else:  # a checkpoint that does not record its corpus: the vocabulary's tokenizer on UTF-8
+        plain = read_text(path, option=option)
+        tokens = None if vocab.subword is not None else TOKENIZERS[vocab.tokenizer](plain)
+    if vocab.subword is not None:
+        return torch.tensor(vocab.subword.encode(plain), dtype=torch.long), tokens, plain
+    return vocab.encode(tokens), tokens, plain
+
+
 def perplexity(module: LanguageModel, windows: Windows, batch_size: int = 1024, interval: float = 30.0,
                block_size: int | None = None) -> dict:
     """exp(sum of per-token NLL / tokens) over every window, in float64; with `block_size` T, the same
@@ -67,11 +90,10 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
     import torch
 
     from nplm.training.checkpoint import check_recorded_data, load_model
-    from nplm.data.corpora import file_tokens, missing_file
+    from nplm.data.corpora import missing_file
     from nplm.data.datamodule import LMDataModule, unknown_rate
-    from nplm.data.sources import read_text
     from nplm.data.text_units import text_units, units_of_ids
-    from nplm.data.tokenizers import JOINERS, TOKENIZERS, render
+    from nplm.data.tokenizers import render
     from nplm.data.windows import Windows
 
     module = load_model(checkpoint)
@@ -86,18 +108,11 @@ def evaluate(checkpoint: str, split: str = "test", text: str | None = None, data
     data = module.hparams.get("data") or {}
     if text is not None:
         vocab = module.vocab
-        if "corpus" in data:
-            tokens = file_tokens(data["corpus"], text, "--text")
-            joiner = JOINERS[vocab.subword.base] if vocab.subword is not None else vocab.joiner
-            plain = render(tokens, joiner)
-        else:  # a checkpoint that does not record its corpus: the vocabulary's tokenizer on UTF-8
-            plain = read_text(text, option="--text")
-            tokens = None if vocab.subword is not None else TOKENIZERS[vocab.tokenizer](plain)
-        if vocab.subword is not None:  # the text rendered from the corpus's tokens, encoded into pieces
-            ids = torch.tensor(vocab.subword.encode(plain), dtype=torch.long)
+        ids, tokens, plain = text_ids(module, text, "--text")
+        if vocab.subword is not None:
             head, oov_rate = units_of_ids(vocab, ids[:k]), unknown_rate(ids, vocab)
         else:
-            ids, oov_rate = vocab.encode(tokens), vocab.oov_rate(tokens)
+            oov_rate = vocab.oov_rate(tokens)
             head = text_units(render(tokens[:k], vocab.joiner), k)
         if len(ids) < k + 1:
             raise UserError(f"--text={text}: has {len(ids)} tokens; the model needs at least {k + 1}")
