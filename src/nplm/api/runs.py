@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import os
-import secrets
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,8 +83,7 @@ def train(*overrides: str, run_dir: str | Path | None = None, **options) -> Run:
     if run_dir is not None:
         quoted = str(Path(run_dir).expanduser().absolute()).replace("'", "\\'")
         argv.append(f"hydra.run.dir='{quoted}'")  # (quoted: any character a path may hold)
-    # a fresh folder's id, as nplm-train's (registered before the checks, which resolve the folder)
-    OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    command.register_run_id()  # a fresh folder's id, as nplm-train's (before the checks, which resolve the folder)
     hydra_before = HydraConfig.instance().cfg  # the checks set Hydra's run config: put back at the end
     try:
         command.check_overrides(argv)

@@ -345,20 +345,26 @@ def sweep_objective(metrics: dict) -> float:
     return float("nan") if best is None else float(best)
 
 
+def register_run_id() -> None:
+    """${nplm_uid:}, the random suffix of a fresh run folder's name (conf/hydra/default.yaml): Hydra's
+    second-resolution timestamps collide when jobs start together."""
+    import secrets
+
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+
+
 def _run_jobs() -> None:
     """Hydra's part: compose each job's config (one, or each of a `-m` sweep) and call `train(cfg)`. In
     a multirun a job that fails (its settings were checked before the first job: bad data, a fault) is
     recorded and the sweep goes on; the exit code is 1 at the end if any job failed."""
-    import secrets
-
     import hydra
-    from omegaconf import OmegaConf
 
     from nplm.tracking.runs import is_multirun
     from nplm.training.train import train
 
-    # Hydra's second-resolution timestamps collide when jobs start together: add a random suffix.
-    OmegaConf.register_new_resolver("nplm_uid", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    register_run_id()
     failed: list[str] = []
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
