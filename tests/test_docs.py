@@ -65,12 +65,13 @@ def load_script(path: Path):
 
 def test_the_options_page_is_written_from_the_schema():
     writer = load_script(DOCS / "options.py")
-    assert writer.PAGE.read_text() == writer.page(), "docs/options.md differs from the schema: python docs/options.py"
+    page = writer.page()
+    assert writer.PAGE.read_text() == page, "docs/options.md differs from the schema: python docs/options.py"
     for group in writer.REGISTERED:  # every registered key of every option is on the page
         for option, keys in groups()[group].options.items():
-            assert f"### `{group}={option}`" in writer.page()
+            assert f"### `{group}={option}`" in page
             for key in keys:
-                assert f"| `{group}.{key}` |" in writer.page(), (group, option, key)
+                assert f"| `{group}.{key}` |" in page, (group, option, key)
 
 
 def test_the_options_page_gives_every_key_its_default():
