@@ -110,7 +110,7 @@ HEAD_ROWS = {f"{base}-{head}": ([*overrides, *extra, *sampled_k(head, base)], he
              for base, overrides in HEAD_BASES.items() for head, extra in HEADS.items() if extra}
 SPEED = "brown-heads-speed"  # the row that times every head row beside its base, in one process (speed.py)
 LEARNED_FROM = "hierarchical-logistic"  # the head row whose best checkpoint a learned tree clusters (run.py)
-# (a learned tree's row is timed once its tree exists: it is built from another row's checkpoint)
+# (a learned tree's row joins them once its first model has finished: run.py's timed_rows)
 SPEED_BASE = {**{base: base for base in HEAD_BASES},
               **{name: base for name, (_, head, base) in HEAD_ROWS.items() if head != "hierarchical-learned"}}
 SPEED_CONFIGS = {name: MODELS[name][0] if name in HEAD_BASES else HEAD_ROWS[name][0] for name in SPEED_BASE}
@@ -191,6 +191,32 @@ def trade_off(results: Path, base: str) -> str:
                if others else "") + (f"; not finished: {', '.join(waiting)}" if waiting else ""))
 
 
+TREES = [head for head in HEADS if head.startswith("hierarchical")]  # the hierarchical heads: one tree, node form each
+TREE_TARGET = {"brown-lstm": (10, 2.5), "brown-transformer": (15, None)}  # within +x% of the softmax, y times as fast
+
+
+def best_tree(results: Path, base: str) -> str:
+    """The hierarchical head of `base` with the lowest mean test perplexity over its finished rows, against the
+    softmax's and its target (TREE_TARGET): the gap, and its training speed against the softmax's where the speed
+    file times both; "not measured" until the softmax and one hierarchical row have finished."""
+    softmax = spread(results, head_row(base, "softmax"))
+    trees = {head: got for head in TREES if (got := spread(results, head_row(base, head)))}
+    if not (softmax and trees):
+        return f"- {BASE_WORDS[base]}: not measured ({head_row(base, 'softmax') if not softmax else 'no tree'} " \
+               "finished)"
+    head, best = min(trees.items(), key=lambda item: item[1].mean)
+    gap, speed = 100 * (best.mean / softmax.mean - 1), load_result(results, SPEED) or {"tokens_per_s": {}}
+    timed = [speed["tokens_per_s"].get(head_row(base, h)) for h in (head, "softmax")]
+    faster = timed[0] / timed[1] if all(timed) else None
+    most, fastest = TREE_TARGET[base]
+    met = gap <= most and (fastest is None or (faster is not None and faster >= fastest))
+    wanted = f"within +{most}%" + (f", at least {fastest}x as fast" if fastest else "")
+    return (f"- {BASE_WORDS[base]}: {head} {best} against the softmax's {softmax} ({gap:+.1f}%"
+            + (f", {faster:.2f}x as fast" if faster else ", speed not measured") + f"){seed_note(best, softmax)}; "
+            f"target {wanted}: {'met' if met else 'not met'}; the trees: "
+            + ", ".join(f"{h} {got.mean:.2f}" for h, got in trees.items()))
+
+
 def headline(results: Path) -> str:
     """The README's first lines: Sun & Iyyer's ordering on each corpus, Morin & Bengio's trade-off on each base."""
     return "\n".join([
@@ -198,6 +224,8 @@ def headline(results: Path) -> str:
         *(ordering(results, corpus) for corpus in CORPORA), "",
         "Morin & Bengio's trade-off (their hierarchical softmax trained 258x as fast as the softmax, for +13.0% test "
         "perplexity: 220.7 against 195.3):", "", *(trade_off(results, base) for base in HEAD_BASES), "",
+        "The best hierarchical head (any tree, either node form) against the softmax:", "",
+        *(best_tree(results, base) for base in HEAD_BASES), "",
         RULE, ""]) + "\n"
 
 
