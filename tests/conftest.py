@@ -36,6 +36,18 @@ def one_thread():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def hydra_job_put_back():
+    """Hydra's job config (`HydraConfig`, process-wide) as it was before each test: nplm-train's checks and Hydra's
+    run, called in-process, leave theirs set, and `train(cfg)` records that job's overrides as its own (a later
+    test's resume check then compares the wrong runs)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    before = HydraConfig.instance().cfg
+    yield
+    HydraConfig.instance().cfg = before
+
+
 def train(cfg) -> dict:
     """`nplm.training.train.train` (imported on first use: see `one_thread`)."""
     from nplm.training.train import train as train_run
