@@ -144,6 +144,14 @@ def head_row(base: str, head: str) -> str:
     return base if head == "adaptive" else f"{base}-{head}"
 
 
+def against_softmax(speed: dict | None, base: str, head: str) -> float | None:
+    """How many times as fast as `base`'s softmax row its `head` row trains, by the speed file `speed`; None
+    where the file does not time both."""
+    timed = (speed or {}).get("tokens_per_s", {})
+    mine, softmax = timed.get(head_row(base, head)), timed.get(head_row(base, "softmax"))
+    return mine / softmax if mine and softmax else None
+
+
 PAIR = ("softmax", "hierarchical")  # the two heads Morin & Bengio's trade-off compares
 # the rows the verdicts compare, each trained again with each of seeds.SEEDS: {`<row>-seed<s>`: (its overrides, row)}
 SEEDED = [*(f"{prefix}-{key}" for prefix in ("brown", "ts") for key in (*ORDER, *ORDERED_ALSO)),
@@ -168,8 +176,7 @@ def trade_off(results: Path, base: str) -> str:
     untimed = [head_row(base, h) for h in PAIR if head_row(base, h) not in timed]
     if untimed:
         return f"- {BASE_WORDS[base]}: not measured ({SPEED} has no {', '.join(untimed)}: run it again)"
-    faster = {head: timed[head_row(base, head)] / timed[head_row(base, "softmax")]
-              for head in done if head_row(base, head) in timed}
+    faster = {head: ratio for head in done if (ratio := against_softmax(speed, base, head))}
     spreads = {head: spread(results, head_row(base, head)) for head in done}
     test = {head: r.mean for head, r in spreads.items()}
     paid = verdict((spreads["softmax"], spreads["hierarchical"]))  # the hierarchical softmax pays in perplexity
@@ -205,9 +212,7 @@ def best_tree(results: Path, base: str) -> str:
         return f"- {BASE_WORDS[base]}: not measured ({head_row(base, 'softmax') if not softmax else 'no tree'} " \
                "finished)"
     head, best = min(trees.items(), key=lambda item: item[1].mean)
-    gap, speed = 100 * (best.mean / softmax.mean - 1), load_result(results, SPEED) or {"tokens_per_s": {}}
-    timed = [speed["tokens_per_s"].get(head_row(base, h)) for h in (head, "softmax")]
-    faster = timed[0] / timed[1] if all(timed) else None
+    gap, faster = 100 * (best.mean / softmax.mean - 1), against_softmax(load_result(results, SPEED), base, head)
     most, fastest = TREE_TARGET[base]
     met = gap <= most and (fastest is None or (faster is not None and faster >= fastest))
     wanted = f"within +{most}%" + (f", at least {fastest}x as fast" if fastest else "")
